@@ -1,0 +1,1 @@
+"""Concept-bottleneck pipeline: concept detector, calibration, heads, open-world evaluation."""

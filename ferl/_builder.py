@@ -1,0 +1,169 @@
+"""Best-first growth of a FERL fuzzy tree (paper algorithm 1, appendix B)."""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from ferl._splitter import GAIN_CCI, GAIN_GINI, best_fixed_split, best_learned_split
+from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree, membership
+
+__all__ = ["GrowthSettings", "grow_tree"]
+
+GAINS = {"gini": GAIN_GINI, "cci": GAIN_CCI}
+
+
+@dataclass(frozen=True)
+class GrowthSettings:
+    """Resolved growth settings (see `FERLClassifier` for their meaning)."""
+
+    partition: str  # "learned" | "fixed"
+    gain: str  # "gini" | "cci"
+    max_rules: int
+    max_depth: int
+    min_gain: float
+    patience: int
+    min_leaf: float  # soft weight
+    n_bootstrap: int
+    width_factor: float
+    min_width: float  # fraction of the feature's training range
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    feature: int
+    fuzzy_set: int
+    trap: tuple
+    threshold: float
+    half_width: float
+    gain: float
+
+
+def _class_distribution(y, w, n_classes):
+    counts = np.bincount(y, weights=w, minlength=n_classes)
+    total = counts.sum()
+    return counts / total if total > 0 else np.full(n_classes, 1.0 / n_classes), total
+
+
+class _Grower:
+    """Holds the per-fit precomputations: presorted features, bootstrap multiplicities, partitions."""
+
+    def __init__(self, X, y, sample_weight, n_classes, settings: GrowthSettings, rng, sets):
+        self.X = X
+        self.y = y
+        self.sw = sample_weight
+        self.n_classes = n_classes
+        self.s = settings
+        self.total = float(sample_weight.sum())
+        self.crit = GAINS[settings.gain]
+        self.sets = sets
+        if settings.partition == "learned":
+            # Resamples are drawn over the positive-weight rows only, so zero-weight rows are
+            # exactly equivalent to absent rows.
+            n = X.shape[0]
+            positive = np.flatnonzero(sample_weight > 0)
+            self.order = np.ascontiguousarray(np.argsort(X, axis=0, kind="stable").T)
+            self.mult = np.empty((settings.n_bootstrap, n))
+            for b in range(settings.n_bootstrap):
+                draws = positive[rng.integers(0, len(positive), len(positive))]
+                self.mult[b] = np.bincount(draws, minlength=n)
+            span = X[positive].max(axis=0) - X[positive].min(axis=0)
+            self.min_width = np.maximum(settings.min_width * span, 1e-12)
+
+    def candidate(self, w) -> _Candidate | None:
+        s = self.s
+        if s.partition == "learned":
+            f, theta, h, gain = best_learned_split(
+                self.X, self.y, w, self.order, self.mult, self.n_classes, s.width_factor,
+                self.min_width, self.crit, self.total, s.min_leaf,
+            )
+            if f < 0 or not np.isfinite(gain):
+                return None
+            inf = np.inf
+            return _Candidate(int(f), -1, (-inf, -inf, theta - h, theta + h), theta, h, gain)
+        f, k, gain = best_fixed_split(
+            self.X, self.y, w, self.sets, self.n_classes, self.crit, self.total, s.min_leaf
+        )
+        if f < 0 or not np.isfinite(gain):
+            return None
+        return _Candidate(int(f), int(k), tuple(self.sets[f, k]), np.nan, np.nan, gain)
+
+
+def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, sets=None):
+    """Grow a fuzzy tree best-first under a rule budget (paper algorithm 1).
+
+    Each leaf's best split is scored once, when the leaf is created (a leaf's candidates depend only
+    on its own firing, so rescoring every leaf at every iteration, as algorithm 1 is written, gives
+    the same tree). The leaf with the largest gain is split next; a split whose gain is
+    ``<= min_gain`` is still installed while fewer than ``patience`` such splits have been made,
+    after which growth stops. Growth also stops at ``max_rules`` leaves or when no leaf above
+    depth ``max_depth`` has an admissible split (both children at least ``min_leaf`` soft weight).
+    Pure leaves are not split.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d), float64, finite
+    y : ndarray of shape (n,), int64 in ``[0, n_classes)``
+    sample_weight : ndarray of shape (n,), float64, >= 0
+    settings : GrowthSettings
+    rng : numpy.random.Generator
+        Draws the bootstrap multiplicities (once per fit).
+    sets : ndarray of shape (d, 3, 4) or None
+        Fixed partitions (required when ``settings.partition == "fixed"``).
+
+    Returns
+    -------
+    FuzzyTree
+        Finalised flat arrays; node 0 is the root.
+    """
+    grower = _Grower(X, y, sample_weight, n_classes, settings, rng, sets)
+    tree = FuzzyTree(n_classes=n_classes)
+    value, weight = _class_distribution(y, sample_weight, n_classes)
+    tree.add_node(-1, 0, value, weight)
+    firing = {0: sample_weight.copy()}  # node -> firing x sample weight, for open leaves
+    heap: list = []
+
+    def consider(node: int) -> None:
+        w = firing[node]
+        if tree.depth[node] >= settings.max_depth or tree.value[node].max() >= 1.0:
+            return
+        if tree.weight[node] < 2.0 * settings.min_leaf:
+            return
+        cand = grower.candidate(w)
+        if cand is not None:
+            heapq.heappush(heap, (-cand.gain, node, cand))
+
+    consider(0)
+    n_leaves = 1
+    non_improving = 0
+    while heap and n_leaves < settings.max_rules:
+        neg_gain, node, cand = heapq.heappop(heap)
+        if -neg_gain <= settings.min_gain:
+            non_improving += 1
+            if non_improving > settings.patience:
+                break
+        w = firing.pop(node)
+        active = w > 0
+        x = X[:, cand.feature]
+        mu = np.zeros_like(w)
+        mu[active] = membership(np.ascontiguousarray(x[active]), *cand.trap)
+        tree.feature[node] = cand.feature
+        tree.kind[node] = SPLIT_FIXED if cand.fuzzy_set >= 0 else SPLIT_LEARNED
+        tree.fuzzy_set[node] = cand.fuzzy_set
+        tree.trap[node] = np.asarray(cand.trap, dtype=np.float64)
+        tree.threshold[node] = cand.threshold
+        tree.half_width[node] = cand.half_width
+        tree.gain[node] = cand.gain
+        tree.lo[node] = float(x[active].min())
+        tree.hi[node] = float(x[active].max())
+        depth = tree.depth[node] + 1
+        for side, child_w in (("left", w * mu), ("right", w * (1.0 - mu))):
+            value, weight = _class_distribution(y, child_w, n_classes)
+            child = tree.add_node(node, depth, value, weight)
+            getattr(tree, side)[node] = child
+            firing[child] = child_w
+            consider(child)
+        n_leaves += 1
+    return tree.finalize()

@@ -1,0 +1,247 @@
+"""Flat-array fuzzy tree and its numba firing kernel.
+
+A fitted FERL tree is a set of parallel arrays, one row per node, in creation order (a parent always
+precedes its children). Every internal node tests one feature with one fuzzy set given as a
+trapezoid ``(a, b, c, d)``: the left child receives the membership ``mu(x_f)`` ("f is S") and the
+right child ``1 - mu(x_f)`` ("f is not S"). A learned split "x_f <= theta +- h" (paper eq. 1) is the
+trapezoid ``(-inf, -inf, theta - h, theta + h)``; the fixed low / medium / high partitions of the
+compact variant are ordinary trapezoids. One membership kernel therefore serves both kinds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+__all__ = ["FuzzyTree", "trapezoid", "membership", "node_firing", "support_gate"]
+
+NO_CHILD = -1
+SPLIT_LEARNED = 0
+SPLIT_FIXED = 1
+
+
+@njit(cache=True, inline="always")
+def trapezoid(x: float, a: float, b: float, c: float, d: float) -> float:
+    """Membership of ``x`` in the trapezoid ``(a, b, c, d)``, a value in [0, 1].
+
+    1 on ``[b, c]``, linear ramps on ``[a, b]`` and ``[c, d]``, 0 outside ``[a, d]``. Infinite
+    ``a = b = -inf`` (or ``c = d = +inf``) give a shoulder; a degenerate ramp (``a == b``) is a step.
+    Implements paper eq. 1 for ``(-inf, -inf, theta - h, theta + h)``.
+    """
+    if x < a:
+        return 0.0
+    if x < b:
+        return (x - a) / (b - a)
+    if x <= c:
+        return 1.0
+    if x < d:
+        return (d - x) / (d - c)
+    return 0.0
+
+
+@njit(cache=True)
+def membership(xs, a, b, c, d):
+    """`trapezoid` over an array: ndarray of shape (m,) float64 in [0, 1]."""
+    out = np.empty(xs.shape[0])
+    for i in range(xs.shape[0]):
+        out[i] = trapezoid(xs[i], a, b, c, d)
+    return out
+
+
+@njit(cache=True, inline="always")
+def support_gate(x: float, lo: float, hi: float, margin: float) -> float:
+    """Bounded-support gate of paper section 3.1 / appendix A.2, a value in [0, 1].
+
+    1 on the observed range ``[lo, hi]`` (edges included), linear decay to 0 over ``margin`` on each
+    side, 0 beyond. ``margin`` must be > 0.
+    """
+    if x < lo:
+        g = 1.0 - (lo - x) / margin
+    elif x > hi:
+        g = 1.0 - (x - hi) / margin
+    else:
+        return 1.0
+    return g if g > 0.0 else 0.0
+
+
+@njit(cache=True)
+def node_firing(X, feature, trap, left, right, lo, hi, margin, gates):
+    """Firing strength of every node for every sample.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features), float64
+    feature : ndarray of shape (n_nodes,), int64
+        Split feature of each node, -1 for leaves.
+    trap : ndarray of shape (n_nodes, 4), float64
+        Trapezoid of the left child's fuzzy set.
+    left, right : ndarray of shape (n_nodes,), int64
+        Children, -1 for leaves.
+    lo, hi, margin : ndarray of shape (n_nodes,), float64
+        Observed training range of the split feature at the node and the gate margin.
+    gates : bool
+        Apply the bounded-support gates (paper section 3.1).
+
+    Returns
+    -------
+    phi : ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
+        Firing reaching each node (root = 1), after the gates of its ancestors.
+    lost : ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
+        ``phi_o (1 - gamma_o)``: routing mass lost at each internal node (appendix eq. 8); 0 at leaves.
+    """
+    n = X.shape[0]
+    n_nodes = feature.shape[0]
+    phi = np.zeros((n, n_nodes))
+    lost = np.zeros((n, n_nodes))
+    for i in range(n):
+        phi[i, 0] = 1.0
+        for o in range(n_nodes):
+            f = feature[o]
+            if f < 0:
+                continue
+            p = phi[i, o]
+            if p == 0.0:
+                continue
+            x = X[i, f]
+            if gates:
+                g = support_gate(x, lo[o], hi[o], margin[o])
+                lost[i, o] = p * (1.0 - g)
+                p = p * g
+            m = trapezoid(x, trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3])
+            phi[i, left[o]] = p * m
+            phi[i, right[o]] = p * (1.0 - m)
+    return phi, lost
+
+
+@dataclass
+class FuzzyTree:
+    """Parallel node arrays of a fitted fuzzy tree (one row per node, parents before children).
+
+    Attributes
+    ----------
+    feature : ndarray of shape (n_nodes,), int64
+        Split feature, -1 at leaves.
+    kind : ndarray of shape (n_nodes,), int64
+        0 = learned ramp split (eq. 1), 1 = fixed fuzzy set (compact variant), -1 at leaves.
+    fuzzy_set : ndarray of shape (n_nodes,), int64
+        Index of the fixed set (0 low, 1 medium, 2 high) for fixed splits, else -1.
+    trap : ndarray of shape (n_nodes, 4), float64
+        Left child's trapezoid ``(a, b, c, d)``; for learned splits ``(-inf, -inf, theta-h, theta+h)``.
+    threshold, half_width : ndarray of shape (n_nodes,), float64
+        theta and h of learned splits (eq. 1-2); NaN elsewhere.
+    left, right, parent, depth : ndarray of shape (n_nodes,), int64
+    value : ndarray of shape (n_nodes, n_classes), float64
+        Consequent class distribution p_o (rows sum to 1).
+    weight : ndarray of shape (n_nodes,), float64
+        Soft support: sum of training firing x sample weight.
+    lo, hi : ndarray of shape (n_nodes,), float64
+        Range of the split feature over training samples with non-zero firing (internal nodes).
+    gain : ndarray of shape (n_nodes,), float64
+        Gain of the split installed at the node (NaN at leaves).
+    """
+
+    n_classes: int
+    feature: list = field(default_factory=list)
+    kind: list = field(default_factory=list)
+    fuzzy_set: list = field(default_factory=list)
+    trap: list = field(default_factory=list)
+    threshold: list = field(default_factory=list)
+    half_width: list = field(default_factory=list)
+    left: list = field(default_factory=list)
+    right: list = field(default_factory=list)
+    parent: list = field(default_factory=list)
+    depth: list = field(default_factory=list)
+    value: list = field(default_factory=list)
+    weight: list = field(default_factory=list)
+    lo: list = field(default_factory=list)
+    hi: list = field(default_factory=list)
+    gain: list = field(default_factory=list)
+
+    ARRAY_FIELDS = (
+        "feature", "kind", "fuzzy_set", "trap", "threshold", "half_width", "left", "right",
+        "parent", "depth", "value", "weight", "lo", "hi", "gain",
+    )
+    INT_FIELDS = ("feature", "kind", "fuzzy_set", "left", "right", "parent", "depth")
+
+    def add_node(self, parent: int, depth: int, value: np.ndarray, weight: float) -> int:
+        """Append a leaf and return its index."""
+        self.feature.append(NO_CHILD)
+        self.kind.append(-1)
+        self.fuzzy_set.append(-1)
+        self.trap.append(np.full(4, np.nan))
+        self.threshold.append(np.nan)
+        self.half_width.append(np.nan)
+        self.left.append(NO_CHILD)
+        self.right.append(NO_CHILD)
+        self.parent.append(parent)
+        self.depth.append(depth)
+        self.value.append(np.asarray(value, dtype=np.float64))
+        self.weight.append(float(weight))
+        self.lo.append(np.nan)
+        self.hi.append(np.nan)
+        self.gain.append(np.nan)
+        return len(self.feature) - 1
+
+    def finalize(self) -> FuzzyTree:
+        """Convert the growing lists into contiguous numpy arrays (in place) and return self."""
+        for name in self.ARRAY_FIELDS:
+            dtype = np.int64 if name in self.INT_FIELDS else np.float64
+            values = getattr(self, name)
+            arr = np.asarray(values, dtype=dtype)
+            if name == "trap":
+                arr = arr.reshape(-1, 4)
+            if name == "value":
+                arr = arr.reshape(-1, self.n_classes)
+            setattr(self, name, np.ascontiguousarray(arr))
+        return self
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.feature)
+
+    @property
+    def is_leaf(self) -> np.ndarray:
+        """Boolean mask of shape (n_nodes,): True at leaves (rules)."""
+        return np.asarray(self.feature) < 0
+
+    def margins(self, margin_factor: float, min_margin: np.ndarray) -> np.ndarray:
+        """Gate margin per node: ``margin_factor * (hi - lo)``, floored by the feature's ``min_margin``.
+
+        Parameters
+        ----------
+        margin_factor : float > 0
+            Margin as a multiple of the node-local observed range (paper default 1.0).
+        min_margin : ndarray of shape (n_features,)
+            Lower bound per feature (guards a node whose observed range is a single value).
+        """
+        feat = np.maximum(self.feature, 0)
+        width = np.nan_to_num(self.hi - self.lo, nan=0.0)
+        return np.maximum(margin_factor * width, min_margin[feat])
+
+    def firing(self, X: np.ndarray, gates: bool, margin: np.ndarray):
+        """Firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see `node_firing`."""
+        lo = np.nan_to_num(self.lo, nan=0.0)
+        hi = np.nan_to_num(self.hi, nan=0.0)
+        trap = np.nan_to_num(self.trap, nan=0.0)
+        return node_firing(
+            np.ascontiguousarray(X, dtype=np.float64), self.feature, trap, self.left, self.right,
+            lo, hi, margin, gates,
+        )
+
+    def path_mask(self, n_features: int) -> np.ndarray:
+        """Features tested on each node's root-to-node path.
+
+        Returns
+        -------
+        ndarray of shape (n_nodes, n_features), bool
+            ``mask[o, f]`` is True when an ancestor of ``o`` splits on ``f`` (the complement is the
+            set of free features of paper eq. 3).
+        """
+        mask = np.zeros((self.n_nodes, n_features), dtype=bool)
+        for o in range(1, self.n_nodes):
+            p = self.parent[o]
+            mask[o] = mask[p]
+            mask[o, self.feature[p]] = True
+        return mask

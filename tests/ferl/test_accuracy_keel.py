@@ -1,0 +1,47 @@
+"""Accuracy on real KEEL data (skipped when ../shared/data/tabular is absent)."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.model_selection import StratifiedKFold
+from sklearn.preprocessing import LabelEncoder, MinMaxScaler
+from sklearn.tree import DecisionTreeClassifier
+
+from ferl import FERLClassifier
+
+ROOT = Path(os.environ.get("FERL_DATA_ROOT", Path(__file__).parents[2] / ".." / "shared" / "data"))
+TABULAR = ROOT / "tabular"
+
+
+def _load(name):
+    path = TABULAR / f"{name}.dat"
+    if not path.is_file():
+        pytest.skip(f"{path} not available")
+    rows = np.loadtxt(path, delimiter=",", dtype=str)
+    X = np.char.strip(rows[:, :-1]).astype(float)
+    y = LabelEncoder().fit_transform(np.char.strip(rows[:, -1]))
+    return X, y
+
+
+def _cv_accuracy(make, X, y):
+    accs = []
+    for tr, te in StratifiedKFold(5, shuffle=True, random_state=0).split(X, y):
+        scaler = MinMaxScaler().fit(X[tr])
+        model = make().fit(scaler.transform(X[tr]), y[tr])
+        accs.append((model.predict(scaler.transform(X[te])) == y[te]).mean())
+    return float(np.mean(accs))
+
+
+def test_deep_ferl_on_banana_reaches_085():
+    X, y = _load("banana")
+    assert _cv_accuracy(lambda: FERLClassifier("deep", random_state=0), X, y) >= 0.85
+
+
+@pytest.mark.parametrize("name", ["wine", "pima", "segment"])
+def test_deep_ferl_is_within_one_point_of_cart(name):
+    X, y = _load(name)
+    ferl = _cv_accuracy(lambda: FERLClassifier("deep", random_state=0), X, y)
+    cart = _cv_accuracy(lambda: DecisionTreeClassifier(random_state=0), X, y)
+    assert ferl >= cart - 0.01, (ferl, cart)

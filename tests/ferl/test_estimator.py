@@ -1,0 +1,178 @@
+"""FERLClassifier: scikit-learn contract, determinism, persistence, bad input."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_iris, load_wine
+from sklearn.utils.estimator_checks import check_estimator
+
+from ferl import PRESETS, FERLClassifier
+
+# Written reasons for the only scikit-learn checks FERL does not pass.
+EXPECTED_FAILED_CHECKS = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "bootstrap resamples are drawn over rows, so a weight of 2 and a duplicated row give "
+        "different resamples and hence different fuzzy cuts"
+    ),
+}
+
+
+def test_passes_sklearn_check_estimator():
+    check_estimator(FERLClassifier(random_state=0), expected_failed_checks=EXPECTED_FAILED_CHECKS)
+
+
+@pytest.fixture(scope="module")
+def wine():
+    return load_wine(return_X_y=True)
+
+
+@pytest.mark.parametrize("variant", sorted(PRESETS))
+def test_same_random_state_gives_same_tree(wine, variant):
+    X, y = wine
+    a = FERLClassifier(variant, random_state=7).fit(X, y)
+    b = FERLClassifier(variant, random_state=7).fit(X, y)
+    for name in ("feature", "trap", "value", "weight", "lo", "hi"):
+        np.testing.assert_array_equal(getattr(a.tree_, name), getattr(b.tree_, name))
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+
+
+def test_different_random_state_changes_learned_cuts(wine):
+    X, y = wine
+    a = FERLClassifier("deep", random_state=1).fit(X, y)
+    b = FERLClassifier("deep", random_state=2).fit(X, y)
+    assert not np.array_equal(np.nan_to_num(a.tree_.trap), np.nan_to_num(b.tree_.trap))
+
+
+@pytest.mark.parametrize("variant", sorted(PRESETS))
+def test_presets_respect_rule_budget_and_partition(wine, variant):
+    X, y = wine
+    clf = FERLClassifier(variant, random_state=0).fit(X, y)
+    assert 2 <= clf.n_rules_ <= PRESETS[variant]["max_rules"]
+    kinds = set(clf.tree_.kind[~clf.tree_.is_leaf])
+    assert kinds == ({1} if variant == "compact" else {0})
+
+
+def test_overrides_beat_presets(wine):
+    X, y = wine
+    clf = FERLClassifier("deep", max_rules=3, random_state=0).fit(X, y)
+    assert clf.n_rules_ == 3
+
+
+@pytest.mark.parametrize("variant", sorted(PRESETS))
+def test_save_load_round_trip_is_identical(tmp_path, wine, variant):
+    X, y = wine
+    labels = np.array(["barolo", "grignolino", "barbera"])[y]
+    clf = FERLClassifier(variant, random_state=0).fit(X, labels)
+    clf.save(tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["model.json", "model.npz"]
+    back = FERLClassifier.load(tmp_path / "m")
+    np.testing.assert_array_equal(back.predict(X), clf.predict(X))
+    np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
+    np.testing.assert_array_equal(back.predict_set(X), clf.predict_set(X))
+    assert back.get_params() == clf.get_params()
+    assert back.predict(X[:1])[0] in {"barolo", "grignolino", "barbera"}
+
+
+def test_load_detects_a_corrupted_npz(tmp_path, wine):
+    X, y = wine
+    FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
+    with open(tmp_path / "model.npz", "ab") as fh:
+        fh.write(b"x")
+    with pytest.raises(ValueError, match="checksum"):
+        FERLClassifier.load(tmp_path)
+
+
+def test_string_labels_round_trip_and_columns_follow_classes():
+    X, y = load_iris(return_X_y=True)
+    names = np.array(["setosa", "versicolor", "virginica"])[y]
+    clf = FERLClassifier(random_state=0).fit(X, names)
+    assert list(clf.classes_) == ["setosa", "versicolor", "virginica"]
+    assert set(clf.predict(X)) <= set(clf.classes_)
+    assert (clf.predict(X) == names).mean() > 0.9
+    proba = clf.predict_proba(X)
+    np.testing.assert_array_equal(clf.classes_[proba.argmax(1)], clf.predict(X))
+
+
+def test_rare_class_missing_from_resamples_keeps_columns_aligned():
+    rng = np.random.default_rng(0)
+    X = rng.random((120, 3))
+    y = (X[:, 0] > 0.5).astype(int)
+    y[0] = 2  # one sample of a third class: most bootstrap resamples miss it
+    clf = FERLClassifier(random_state=0).fit(X, y)
+    assert clf.predict_proba(X).shape == (120, 3)
+    assert clf.predict_set(X).shape == (120, 3)
+    np.testing.assert_allclose(clf.predict_proba(X).sum(1), 1.0)
+
+
+def test_feature_names_from_dataframe_and_from_fit_argument():
+    pd = pytest.importorskip("pandas")
+    X, y = load_iris(return_X_y=True)
+    df = pd.DataFrame(X, columns=["sl", "sw", "pl", "pw"])
+    clf = FERLClassifier(random_state=0).fit(df, y)
+    assert list(clf.feature_names_in_) == ["sl", "sw", "pl", "pw"]
+    assert clf.feature_names_ == ["sl", "sw", "pl", "pw"]
+    clf2 = FERLClassifier(random_state=0).fit(X, y, feature_names=["a", "b", "c", "d"])
+    assert clf2.feature_names_ == ["a", "b", "c", "d"]
+    assert not hasattr(clf2, "feature_names_in_")
+    with pytest.raises(ValueError, match="feature_names has 2 names but X has 4"):
+        FERLClassifier().fit(X, y, feature_names=["a", "b"])
+
+
+def test_inference_settings_change_readout_without_refit(wine):
+    X, y = wine
+    clf = FERLClassifier("deep", random_state=0).fit(X, y)
+    leaves = clf.evidence(X).ignorance.mean()
+    clf.set_params(evidence_nodes="all")
+    all_nodes = clf.evidence(X).ignorance.mean()
+    assert all_nodes <= leaves  # eq. 5: more sources never raise ignorance
+    clf.set_params(evidence_nodes="leaves", combination="cautious")
+    assert clf.evidence(X).ignorance.mean() >= leaves - 1e-12
+
+
+@pytest.mark.parametrize(
+    "make_args, match",
+    [
+        (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.nan, X), y), "NaN"),
+        (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.inf, X), y), "infinity"),
+        (lambda X, y: (X[:0], y[:0]), "0 sample"),
+        (lambda X, y: (X, y[:-1]), "inconsistent numbers of samples"),
+        (lambda X, y: (X, np.zeros_like(y)), "at least two classes"),
+        (lambda X, y: (X, np.linspace(0, 1, len(y))), "Unknown label type"),
+    ],
+)
+def test_bad_fit_input_raises_value_error_naming_the_problem(wine, make_args, match):
+    X, y = wine
+    Xb, yb = make_args(X.astype(float), y)
+    with pytest.raises(ValueError, match=match):
+        FERLClassifier().fit(Xb, yb)
+
+
+def test_bad_sample_weight_raises(wine):
+    X, y = wine
+    with pytest.raises(ValueError, match="shape"):
+        FERLClassifier().fit(X, y, sample_weight=np.ones(3))
+    with pytest.raises(ValueError, match="Negative values"):
+        FERLClassifier().fit(X, y, sample_weight=-np.ones(len(y)))
+    w = np.where(y == 0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="at least two classes"):
+        FERLClassifier().fit(X, y, sample_weight=w)
+
+
+def test_bad_predict_input_raises(wine):
+    X, y = wine
+    clf = FERLClassifier(random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="X has 12 features, but FERLClassifier is expecting 13"):
+        clf.predict(X[:, :12])
+    bad = X[:2].copy()
+    bad[0, 0] = np.nan
+    for method in (clf.predict, clf.predict_proba, clf.predict_set, clf.evidence):
+        with pytest.raises(ValueError, match="NaN"):
+            method(bad)
+
+
+def test_zero_weight_samples_equal_removing_them(wine):
+    X, y = wine
+    w = np.ones(len(y))
+    w[::4] = 0
+    a = FERLClassifier(random_state=0).fit(X, y, sample_weight=w)
+    b = FERLClassifier(random_state=0).fit(X[w > 0], y[w > 0])
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
