@@ -72,7 +72,7 @@ class _Grower:
             span = X[positive].max(axis=0) - X[positive].min(axis=0)
             self.min_width = np.maximum(settings.min_width * span, 1e-12)
 
-    def candidate(self, w) -> _Candidate | None:
+    def candidate(self, w, allowed) -> _Candidate | None:
         s = self.s
         if s.partition == "learned":
             f, theta, h, gain = best_learned_split(
@@ -84,7 +84,7 @@ class _Grower:
             inf = np.inf
             return _Candidate(int(f), -1, (-inf, -inf, theta - h, theta + h), theta, h, gain)
         f, k, gain = best_fixed_split(
-            self.X, self.y, w, self.sets, self.n_classes, self.crit, self.total, s.min_leaf
+            self.X, self.y, w, self.sets, allowed, self.n_classes, self.crit, self.total, s.min_leaf
         )
         if f < 0 or not np.isfinite(gain):
             return None
@@ -123,6 +123,8 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
     value, weight = _class_distribution(y, sample_weight, n_classes)
     tree.add_node(-1, 0, value, weight)
     firing = {0: sample_weight.copy()}  # node -> firing x sample weight, for open leaves
+    n_sets = 0 if sets is None else sets.shape[1]
+    allowed = {0: np.ones((X.shape[1], n_sets), dtype=bool)}  # open fixed sets per open leaf
     heap: list = []
 
     def consider(node: int) -> None:
@@ -131,7 +133,7 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
             return
         if tree.weight[node] < 2.0 * settings.min_leaf:
             return
-        cand = grower.candidate(w)
+        cand = grower.candidate(w, allowed[node])
         if cand is not None:
             heapq.heappush(heap, (-cand.gain, node, cand))
 
@@ -145,6 +147,9 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
             if non_improving > settings.patience:
                 break
         w = firing.pop(node)
+        child_allowed = allowed.pop(node).copy()
+        if cand.fuzzy_set >= 0:
+            child_allowed[cand.feature, cand.fuzzy_set] = False
         active = w > 0
         x = X[:, cand.feature]
         mu = np.zeros_like(w)
@@ -164,6 +169,7 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
             child = tree.add_node(node, depth, value, weight)
             getattr(tree, side)[node] = child
             firing[child] = child_w
+            allowed[child] = child_allowed
             consider(child)
         n_leaves += 1
     return tree.finalize()

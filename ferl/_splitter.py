@@ -187,7 +187,7 @@ def best_learned_split(X, y, w, order, mult, n_classes, width_factor, min_width,
 
 
 @njit(cache=True)
-def best_fixed_split(X, y, w, sets, n_classes, criterion, total_weight, min_leaf):
+def best_fixed_split(X, y, w, sets, allowed, n_classes, criterion, total_weight, min_leaf):
     """Best ``(feature, fuzzy set)`` among fixed partitions (compact variant).
 
     Parameters
@@ -195,6 +195,9 @@ def best_fixed_split(X, y, w, sets, n_classes, criterion, total_weight, min_leaf
     X, y, w : as in `best_learned_split`.
     sets : ndarray of shape (d, n_sets, 4), float64
         Trapezoids of each feature's fixed fuzzy sets (low / medium / high).
+    allowed : ndarray of shape (d, n_sets), bool
+        Candidates still open at this node (a set already tested on the path is not retested,
+        which would give rules such as "f is not high AND f is high").
 
     Returns
     -------
@@ -210,6 +213,8 @@ def best_fixed_split(X, y, w, sets, n_classes, criterion, total_weight, min_leaf
     for f in range(X.shape[1]):
         xs = X[active, f]
         for s in range(sets.shape[1]):
+            if not allowed[f, s]:
+                continue
             t = sets[f, s]
             gain = split_gain(xs, ys, ws, t[0], t[1], t[2], t[3], n_classes, criterion,
                               total_weight, min_leaf)

@@ -69,3 +69,16 @@ def test_children_follow_parents_and_depths_are_consistent():
     np.testing.assert_allclose(t.value.sum(axis=1), 1.0)
     assert t.depth.max() <= 12
     assert clf.n_rules_ == len(internal) + 1
+
+
+def test_compact_never_retests_the_same_fuzzy_set_on_a_path():
+    X, y = make_classification(n_samples=400, n_features=3, n_informative=3, n_redundant=0,
+                               n_classes=3, random_state=0)
+    clf = FERLClassifier("compact", random_state=0).fit(X, y)
+    t = clf.tree_
+    for leaf in np.flatnonzero(t.is_leaf):
+        tests, node = [], leaf
+        while t.parent[node] >= 0:
+            node = t.parent[node]
+            tests.append((t.feature[node], t.fuzzy_set[node]))
+        assert len(tests) == len(set(tests)), tests
