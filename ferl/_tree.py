@@ -140,6 +140,10 @@ class FuzzyTree:
         Range of the split feature over training samples with non-zero firing (internal nodes).
     gain : ndarray of shape (n_nodes,), float64
         Gain of the split installed at the node (NaN at leaves).
+    free_mean, free_var : ndarray of shape (n_nodes, n_features), float64, or None
+        Free-feature Gaussians of paper eq. 3 (`ferl.novelty.fit_free_gaussians`): firing-weighted
+        mean and variance of every feature absent from the node's root-to-node path, NaN for path
+        features. None until fitted.
     """
 
     n_classes: int
@@ -158,11 +162,16 @@ class FuzzyTree:
     lo: list = field(default_factory=list)
     hi: list = field(default_factory=list)
     gain: list = field(default_factory=list)
+    free_mean: np.ndarray | None = None
+    free_var: np.ndarray | None = None
 
+    #: Per-node arrays grown by `add_node`.
     ARRAY_FIELDS = (
         "feature", "kind", "fuzzy_set", "trap", "threshold", "half_width", "left", "right",
         "parent", "depth", "value", "weight", "lo", "hi", "gain",
     )
+    #: Every array a saved model stores.
+    SAVED_FIELDS = ARRAY_FIELDS + ("free_mean", "free_var")
     INT_FIELDS = ("feature", "kind", "fuzzy_set", "left", "right", "parent", "depth")
 
     def add_node(self, parent: int, depth: int, value: np.ndarray, weight: float) -> int:

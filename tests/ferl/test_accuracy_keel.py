@@ -1,28 +1,23 @@
 """Accuracy on real KEEL data (skipped when ../shared/data/tabular is absent)."""
 
-import os
-from pathlib import Path
-
 import numpy as np
 import pytest
 from sklearn.model_selection import StratifiedKFold
-from sklearn.preprocessing import LabelEncoder, MinMaxScaler
+from sklearn.preprocessing import MinMaxScaler
 from sklearn.tree import DecisionTreeClassifier
 
 from ferl import FERLClassifier
+from ferl.benchmarks.keel import default_data_root, load_keel
 
-ROOT = Path(os.environ.get("FERL_DATA_ROOT", Path(__file__).parents[2] / ".." / "shared" / "data"))
-TABULAR = ROOT / "tabular"
+TABULAR = default_data_root()
 
 
 def _load(name):
-    path = TABULAR / f"{name}.dat"
-    if not path.is_file():
-        pytest.skip(f"{path} not available")
-    rows = np.loadtxt(path, delimiter=",", dtype=str)
-    X = np.char.strip(rows[:, :-1]).astype(float)
-    y = LabelEncoder().fit_transform(np.char.strip(rows[:, -1]))
-    return X, y
+    path = TABULAR / f"{name}.dat" if TABULAR else None
+    if path is None or not path.is_file():
+        pytest.skip(f"KEEL data set {name} not available")
+    data = load_keel(path)
+    return data.X, data.y
 
 
 def _cv_accuracy(make, X, y):

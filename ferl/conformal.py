@@ -1,0 +1,198 @@
+"""Split-conformal prediction sets (torch-free).
+
+Three non-conformity scores share one calibration rule (:func:`conformal_quantile`):
+
+* ``"aps"``: adaptive prediction sets of Romano, Sesia & Candès (2020), deterministic
+  (non-randomised) and tie-conservative;
+* ``"lac"``: global split conformal on ``1 - p_y`` (Vovk et al. 2005; Sadinle et al. 2019);
+* ``"plausibility"``: the paper's "DS-conformal" sets (appendix F), split conformal on
+  ``1 - Pl(y)`` where ``Pl`` is FERL's Dempster-Shafer plausibility of the true class.
+
+Under exchangeability of calibration and test data every score gives marginal coverage
+``P(y in S(x)) >= 1 - alpha``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["SCORES", "SplitConformal", "aps_scores", "conformal_quantile"]
+
+SCORES = ("aps", "lac", "plausibility")
+
+
+def conformal_quantile(scores: np.ndarray, alpha: float) -> float:
+    """Finite-sample-corrected split-conformal threshold.
+
+    Returns the ``k``-th smallest calibration score with ``k = ceil((n + 1) * (1 - alpha))``,
+    or ``+inf`` when ``k > n`` (too few calibration points: every class enters the set).
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_cal,), float
+        Non-conformity scores of the calibration samples at their true class.
+    alpha : float in (0, 1)
+        Target miscoverage.
+
+    Returns
+    -------
+    float
+        The threshold ``q``; sets are ``{c : score(x, c) <= q}``.
+
+    Raises
+    ------
+    ValueError
+        Empty or non-finite scores, or ``alpha`` outside ``(0, 1)``.
+    """
+    s = np.asarray(scores, dtype=float)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"scores must be a non-empty 1-D array, got shape {s.shape}")
+    if not np.all(np.isfinite(s)):
+        raise ValueError("scores contain NaN or inf")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    k = math.ceil((s.size + 1) * (1.0 - alpha) - 1e-9)
+    if k > s.size:
+        return math.inf
+    return float(np.sort(s)[k - 1])
+
+
+def aps_scores(proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """APS scores for every class, tie-conservative.
+
+    For class ``c`` the score is the probability mass of all classes at least as probable as
+    ``c`` (``sum_{j: p_j >= p_c} p_j``, ties included: the conservative choice), and ``above`` is
+    the mass of the classes strictly more probable than ``c``. Both are invariant to the order
+    of the columns, so the sets are deterministic.
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_samples, n_classes), float in [0, 1]
+
+    Returns
+    -------
+    score : ndarray of shape (n_samples, n_classes)
+        Cumulative mass up to and including ``c`` (and its ties).
+    above : ndarray of shape (n_samples, n_classes)
+        Cumulative mass strictly before ``c``.
+    """
+    p = np.asarray(proba, dtype=float)
+    p_j, p_c = p[:, None, :], p[:, :, None]  # broadcast to [i, c, j]
+    score = np.einsum("icj,ij->ic", p_j >= p_c, p)
+    above = np.einsum("icj,ij->ic", p_j > p_c, p)
+    return score, above
+
+
+def _check_matrix(values: np.ndarray, name: str) -> np.ndarray:
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 2 or v.shape[0] == 0 or v.shape[1] < 2:
+        raise ValueError(f"{name} must be a (n_samples, n_classes >= 2) matrix, got {v.shape}")
+    if not np.all(np.isfinite(v)):
+        raise ValueError(f"{name} contains NaN or inf")
+    if v.min() < 0.0 or v.max() > 1.0 + 1e-9:
+        raise ValueError(f"{name} has values outside [0, 1]")
+    return v
+
+
+class SplitConformal:
+    """Split-conformal set predictor on top of class probabilities or plausibilities.
+
+    Parameters
+    ----------
+    alpha : float in (0, 1), default=0.1
+        Target miscoverage (the paper uses 0.1).
+    score : {"aps", "lac", "plausibility"}, default="aps"
+        ``"aps"``: Romano et al. (2020) adaptive sets in the deterministic form -- class ``c`` is
+        kept when the mass strictly above it is below ``q`` (the class that crosses ``q`` is
+        kept, so the top class is always in the set) or its own score is ``<= q``. Without the
+        randomisation this over-covers (often well above ``1 - alpha`` with few classes).
+        ``"lac"``: ``1 - p_c <= q``. ``"plausibility"``: DS-conformal (paper appendix F),
+        ``1 - Pl(c) <= q`` with ``Pl`` the Dempster-Shafer plausibility passed as ``values``.
+
+    Attributes
+    ----------
+    threshold_ : float
+        Calibrated ``q`` (``inf`` when the calibration set is too small for ``alpha``).
+    n_classes_ : int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> cal = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+    >>> cp = SplitConformal(alpha=0.5, score="lac").fit(cal, np.array([0, 1, 1]))
+    >>> cp.predict_set(np.array([[0.9, 0.1]])).tolist()
+    [[True, False]]
+    """
+
+    def __init__(self, alpha: float = 0.1, score: str = "aps") -> None:
+        self.alpha = alpha
+        self.score = score
+
+    def _score_matrix(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        if self.score == "aps":
+            return aps_scores(values)
+        return 1.0 - values, None
+
+    def fit(self, values: np.ndarray, y: np.ndarray) -> SplitConformal:
+        """Calibrate the threshold on held-out data.
+
+        Parameters
+        ----------
+        values : ndarray of shape (n_cal, n_classes), float in [0, 1]
+            Probabilities (``"aps"``, ``"lac"``) or plausibilities (``"plausibility"``).
+        y : ndarray of shape (n_cal,), int in [0, n_classes)
+            True class indices.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ValueError
+            Unknown score, bad ``alpha``, NaN, values outside [0, 1], labels out of range or
+            mismatched lengths.
+        """
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {self.score!r}")
+        v = _check_matrix(values, "values")
+        y = np.asarray(y)
+        if y.shape != (v.shape[0],) or not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"y must be integer labels of shape ({v.shape[0]},), got {y.shape}")
+        if y.min() < 0 or y.max() >= v.shape[1]:
+            raise ValueError(f"y has class indices outside [0, {v.shape[1]})")
+        score, _ = self._score_matrix(v)
+        self.threshold_ = conformal_quantile(score[np.arange(y.size), y], self.alpha)
+        self.n_classes_ = v.shape[1]
+        return self
+
+    def predict_set(self, values: np.ndarray) -> np.ndarray:
+        """Prediction sets for new inputs.
+
+        Parameters
+        ----------
+        values : ndarray of shape (n_samples, n_classes), float in [0, 1]
+            Same kind of values as in :meth:`fit`.
+
+        Returns
+        -------
+        ndarray of shape (n_samples, n_classes), bool
+            ``True`` where the class is in the set.
+
+        Raises
+        ------
+        ValueError
+            Not fitted, NaN, values outside [0, 1], or a different number of classes.
+        """
+        if not hasattr(self, "threshold_"):
+            raise ValueError("SplitConformal is not fitted: call fit(values, y) first")
+        v = _check_matrix(values, "values")
+        if v.shape[1] != self.n_classes_:
+            raise ValueError(f"values has {v.shape[1]} classes, calibrated on {self.n_classes_}")
+        score, above = self._score_matrix(v)
+        sets = score <= self.threshold_
+        if above is not None:
+            sets |= above < self.threshold_
+        return sets

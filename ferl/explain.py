@@ -1,0 +1,217 @@
+"""Per-sample explanation of a FERL decision, with Markdown and JSON renderings for reports.
+
+An `Explanation` gathers, for one input: the evidence sources that fired (rules, i.e. leaves, and
+with ``evidence_nodes="all"`` also internal nodes) with their firing ``phi_o`` and their masses
+``m_o({c}) = phi_o p_o(c)``, ``m_o(Theta) = 1 - phi_o`` (paper section 3.2); the combined belief,
+plausibility, ignorance, conflict and pignistic probability; the credal set and the abstention
+(eq. 4); the combined OOD score and the anomalous attributes (`ferl.novelty`); and the certified
+robustness radius (`ferl.certificate`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from ferl.novelty import AnomalousFeature
+from ferl.rules import _plain, node_conditions
+
+__all__ = ["FiredSource", "Explanation", "build_explanation"]
+
+
+@dataclass(frozen=True)
+class FiredSource:
+    """One evidence source with non-zero firing.
+
+    Attributes
+    ----------
+    node : int
+        Node index in the tree arrays.
+    rule_id : int or None
+        Rule number (position in ``rules_``) for a leaf, None for an internal node.
+    conditions : tuple of str
+        Conditions on the root-to-node path.
+    firing : float
+        ``phi_o(x)`` in (0, 1], after the gates.
+    mass : tuple of float
+        ``m_o({c}) = phi_o p_o(c)`` per class (``classes_`` order).
+    ignorance : float
+        ``m_o(Theta) = 1 - phi_o``.
+    prediction : object
+        Class with the largest consequent probability ``p_o``.
+    """
+
+    node: int
+    rule_id: int | None
+    conditions: tuple
+    firing: float
+    mass: tuple
+    ignorance: float
+    prediction: object
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why FERL decided what it did for one input (see the module docstring).
+
+    Attributes
+    ----------
+    classes : tuple
+        Class labels (``classes_`` order); per-class tuples below follow it.
+    prediction : object
+        ``argmax BetP``.
+    probability, belief, plausibility : tuple of float
+        ``BetP(c)``, ``Bel(c) = m({c})``, ``Pl(c) = m({c}) + m(Theta)``.
+    ignorance, conflict : float
+        ``m(Theta)`` and the normalised-away conflict ``1 - Z``.
+    credal_set : tuple
+        Labels in the interval-dominance set ``S(x)``.
+    abstain : bool
+        ``S(x)`` is the whole frame.
+    firing : float
+        Total leaf firing (``1 -`` the routing mass lost to the gates).
+    ood_score : float
+        Combined OOD score (`ferl.novelty.Novelty.score`), higher = more novel.
+    anomalous_features : tuple of AnomalousFeature
+        Most anomalous attributes, highest first.
+    robustness_radius : float
+        Certified ``l_inf`` radius (0 where a gate is active or the top class is tied).
+    sources : tuple of FiredSource
+        Evidence sources that fired, by decreasing firing.
+    """
+
+    classes: tuple
+    prediction: object
+    probability: tuple
+    belief: tuple
+    plausibility: tuple
+    ignorance: float
+    conflict: float
+    credal_set: tuple
+    abstain: bool
+    firing: float
+    ood_score: float
+    anomalous_features: tuple
+    robustness_radius: float
+    sources: tuple
+
+    def to_dict(self) -> dict:
+        """JSON-friendly nested dict (per-class values as a list of records)."""
+        return {
+            "prediction": self.prediction,
+            "credal_set": list(self.credal_set),
+            "abstain": self.abstain,
+            "ignorance": self.ignorance,
+            "conflict": self.conflict,
+            "firing": self.firing,
+            "ood_score": self.ood_score,
+            "robustness_radius": self.robustness_radius,
+            "classes": [
+                {"class": c, "probability": p, "belief": b, "plausibility": pl,
+                 "in_set": c in self.credal_set}
+                for c, p, b, pl in zip(self.classes, self.probability, self.belief, self.plausibility,
+                                       strict=True)
+            ],
+            "anomalous_features": [a._asdict() for a in self.anomalous_features],
+            "sources": [
+                {"node": s.node, "rule_id": s.rule_id, "conditions": list(s.conditions), "firing": s.firing,
+                 "mass": [{"class": c, "m": m} for c, m in zip(self.classes, s.mass, strict=True)],
+                 "ignorance": s.ignorance, "prediction": s.prediction}
+                for s in self.sources
+            ],
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """`to_dict` as a JSON string."""
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_markdown(self, digits: int = 3) -> str:
+        """Markdown report: decision, per-class table, fired sources, anomalous attributes."""
+        f = f".{digits}f"
+        members = ", ".join(_md(c) for c in self.credal_set)
+        verdict = "abstains (credal set = every class)" if self.abstain else f"credal set {{{members}}}"
+        lines = [
+            f"**Prediction: {_md(self.prediction)}**, {verdict}.",
+            "",
+            f"Ignorance m(Θ) = {self.ignorance:{f}}, conflict = {self.conflict:{f}}, "
+            f"leaf firing = {self.firing:{f}}, OOD score = {self.ood_score:{f}}, "
+            f"certified radius = {self.robustness_radius:.3g}.",
+            "",
+            "| class | BetP | belief | plausibility | in set |",
+            "|---|---:|---:|---:|:---:|",
+        ]
+        for c, p, b, pl in zip(self.classes, self.probability, self.belief, self.plausibility, strict=True):
+            mark = "✓" if c in self.credal_set else ""
+            lines.append(f"| {_md(c)} | {p:{f}} | {b:{f}} | {pl:{f}} | {mark} |")
+        lines += ["", "**Evidence that fired**", ""]
+        if not self.sources:
+            lines.append("No rule fired: the input lies outside the training support (vacuous mass).")
+        else:
+            lines += ["| rule | firing | IF | THEN | masses |", "|---:|---:|---|---|---|"]
+            for s in self.sources:
+                masses = ", ".join(f"{_md(c)}: {m:{f}}" for c, m in zip(self.classes, s.mass, strict=True)
+                                   if m > 0)
+                rid = s.rule_id if s.rule_id is not None else f"node {s.node}"
+                premise = " AND ".join(s.conditions) or "TRUE"
+                lines.append(f"| {rid} | {s.firing:{f}} | {_md(premise)} | {_md(s.prediction)} | "
+                             f"{masses}, Θ: {s.ignorance:{f}} |")
+        lines += ["", "**Anomalous attributes**", "",
+                  "| attribute | score | routing loss | free-feature z² |", "|---|---:|---:|---:|"]
+        for a in self.anomalous_features:
+            lines.append(f"| {_md(a.name)} | {a.score:{f}} | {a.routing_loss:{f}} | {a.anomaly:{f}} |")
+        return "\n".join(lines)
+
+
+def _md(value) -> str:
+    return str(value).replace("|", "\\|")
+
+
+def build_explanation(model, phi: np.ndarray, anomalous: list[AnomalousFeature], ood_score: float,
+                      radius: float) -> Explanation:
+    """Assemble the `Explanation` of one validated input.
+
+    Parameters
+    ----------
+    model : FERLClassifier
+        The fitted estimator (its tree, classes, feature names and evidence settings).
+    phi : ndarray of shape (1, n_nodes)
+        Node firings of the input, gates as configured.
+    anomalous : list of AnomalousFeature
+        Ranked attributes of the input.
+    ood_score : float
+        Combined OOD score of the input.
+    radius : float
+        Certified robustness radius of the input.
+
+    Returns
+    -------
+    Explanation
+    """
+    tree = model.tree_
+    classes = tuple(_plain(c) for c in model.classes_)
+    ev = model._combine(phi)
+    sources = []
+    leaves = np.flatnonzero(tree.is_leaf)
+    rule_of = {int(node): k for k, node in enumerate(leaves)}
+    fired = np.flatnonzero(model._sources() & (phi[0] > 0))
+    for node in fired[np.argsort(-phi[0, fired], kind="stable")]:
+        p = float(phi[0, node])
+        sources.append(FiredSource(
+            node=int(node), rule_id=rule_of.get(int(node)),
+            conditions=tuple(c.text for c in node_conditions(tree, int(node), model.feature_names_)),
+            firing=p, mass=tuple(float(v) for v in p * tree.value[node]), ignorance=1.0 - p,
+            prediction=classes[int(np.argmax(tree.value[node]))],
+        ))
+    in_set = ev.credal_set[0]
+    proba = ev.pignistic[0]
+    return Explanation(
+        classes=classes, prediction=classes[int(np.argmax(proba))],
+        probability=tuple(float(v) for v in proba), belief=tuple(float(v) for v in ev.belief[0]),
+        plausibility=tuple(float(v) for v in ev.plausibility[0]),
+        ignorance=float(ev.ignorance[0]), conflict=float(ev.conflict[0]),
+        credal_set=tuple(c for c, keep in zip(classes, in_set, strict=True) if keep),
+        abstain=bool(ev.abstain[0]), firing=float(phi[0, leaves].sum()), ood_score=float(ood_score),
+        anomalous_features=tuple(anomalous), robustness_radius=float(radius), sources=tuple(sources),
+    )

@@ -1,0 +1,177 @@
+"""FERL novelty benchmark: planted near-OOD, geometric OOD (appendix C.2) and leave-one-class-out.
+
+Usage::
+
+    python scripts/bench_novelty.py [--data-root DIR] [--datasets wine,glass,...] [--seeds 0,1,2]
+                                    [--studies planted,geometric,loco]
+
+``--data-root`` defaults to ``$FERL_DATA_ROOT/tabular`` or ``../shared/data/tabular``. Every study fits
+FERL-deep on a stratified 70/30 split, min-max scaled on the training part, and prints one row per
+data set (means over seeds) and a mean row:
+
+* **planted**: every *unsplit*, non-constant feature in turn is shifted by 4 training standard
+  deviations on the test inputs; the fraction of test inputs whose top-ranked
+  ``anomalous_features`` entry is that feature (mean over those features).
+* **geometric**: the test inputs moved off the training support in three ways: ``all``, every
+  feature by ``s (2 + u)`` ranges (``s`` a random sign, ``u ~ U(0, 1)``) as in the C.2 ablation of
+  ``ferl.benchmarks``; ``near``, every feature set ``0.1 + 0.4 u`` ranges beyond a random end of its
+  training range (the protocol of ``tests/ferl/test_novelty.py``); ``one``, one random feature per
+  input set ``0.25 + u`` ranges beyond a random end. AUROC (OOD positive) of the firing score with
+  the gates on and off, of the ignorance (on / off) and of the combined score (on), the mean leaf
+  firing of the OOD inputs (on), and the in-distribution accuracy change gates on - off (points).
+* **loco**: leave-one-class-out on data sets with 3+ classes (at most 4 held-out classes per
+  seed): AUROC of each ``ood_score`` kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import MinMaxScaler
+
+from ferl import FERLClassifier
+from ferl.benchmarks.keel import default_data_root, load_keel
+from ferl.metrics import ood_auroc
+from ferl.novelty import OOD_KINDS
+
+DEFAULT_SETS = ("wine", "newthyroid", "glass", "ecoli", "vehicle", "segment", "yeast", "vowel",
+                "cleveland", "page-blocks", "pima", "banana")
+
+
+def _split(X, y, seed):
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+    scaler = MinMaxScaler().fit(X_tr)
+    return scaler.transform(X_tr), scaler.transform(X_te), y_tr, y_te
+
+
+def push_all(X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Every (min-max scaled) feature moved by ``s (2 + u)`` ranges."""
+    return X + rng.choice([-1.0, 1.0], size=X.shape) * (2.0 + rng.random(X.shape))
+
+
+def push_near(X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Every feature set ``0.1 + 0.4 u`` ranges beyond a random end of the training range [0, 1]."""
+    beyond = 0.1 + 0.4 * rng.random(X.shape)
+    return np.where(rng.random(X.shape) < 0.5, -beyond, 1.0 + beyond)
+
+
+def push_one(X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One random feature per row set ``0.25 + u`` ranges beyond the training range [0, 1]."""
+    out = X.copy()
+    rows = np.arange(X.shape[0])
+    cols = rng.integers(0, X.shape[1], X.shape[0])
+    beyond = 0.25 + rng.random(X.shape[0])
+    up = rng.random(X.shape[0]) < 0.5
+    out[rows, cols] = np.where(up, 1.0 + beyond, -beyond)
+    return out
+
+
+def planted(X, y, seed):
+    X_tr, X_te, y_tr, _ = _split(X, y, seed)
+    clf = FERLClassifier("deep", random_state=seed).fit(X_tr, y_tr)
+    used = set(clf.tree_.feature[clf.tree_.feature >= 0].tolist())
+    sd = X_tr.std(axis=0)
+    rates = []
+    for f in range(X.shape[1]):
+        if f in used or sd[f] == 0:
+            continue
+        shifted = X_te.copy()
+        shifted[:, f] += 4.0 * sd[f]
+        top = [row[0].feature for row in clf.anomalous_features(shifted, top_k=1)]
+        rates.append(np.mean(np.asarray(top) == f))
+    return {"planted_rank1": float(np.mean(rates)) if rates else np.nan, "n_unsplit": len(rates)}
+
+
+def geometric(X, y, seed):
+    X_tr, X_te, y_tr, y_te = _split(X, y, seed)
+    clf = FERLClassifier("deep", random_state=seed).fit(X_tr, y_tr)
+    rng = np.random.default_rng(seed)
+    row = {}
+    acc = {}
+    for name, push in (("all", push_all), ("near", push_near), ("one", push_one)):
+        X_ood = push(X_te, rng)
+        row[f"{name}_ood_firing"] = float(np.mean(1.0 - clf.ood_score(X_ood, "firing")))
+        for gates in (True, False):
+            clf.set_params(bounded_support=gates)
+            tag = "on" if gates else "off"
+            row[f"{name}_firing_{tag}"] = ood_auroc(clf.ood_score(X_te, "firing"),
+                                                    clf.ood_score(X_ood, "firing"))
+            row[f"{name}_ignorance_{tag}"] = ood_auroc(clf.ood_score(X_te, "ignorance"),
+                                                       clf.ood_score(X_ood, "ignorance"))
+            acc[tag] = float(np.mean(clf.predict(X_te) == y_te))
+        clf.set_params(bounded_support=True)
+        row[f"{name}_combined_on"] = ood_auroc(clf.ood_score(X_te), clf.ood_score(X_ood))
+    row["acc_change_pts"] = 100.0 * (acc["on"] - acc["off"])
+    return row
+
+
+def loco(X, y, seed, max_classes=4):
+    classes = np.unique(y)
+    if len(classes) < 3:
+        return {}
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
+    held_out = np.random.default_rng(seed).choice(classes, size=min(max_classes, len(classes)),
+                                                  replace=False)
+    scores = {kind: [] for kind in OOD_KINDS}
+    for held in held_out:
+        keep = y_tr != held
+        scaler = MinMaxScaler().fit(X_tr[keep])
+        clf = FERLClassifier("deep", random_state=seed).fit(scaler.transform(X_tr[keep]), y_tr[keep])
+        X_id, X_ood = scaler.transform(X_te[y_te != held]), scaler.transform(X_te[y_te == held])
+        for kind in OOD_KINDS:
+            scores[kind].append(ood_auroc(clf.ood_score(X_id, kind), clf.ood_score(X_ood, kind)))
+    return {f"loco_{k}": float(np.mean(v)) for k, v in scores.items()}
+
+
+def _print_table(title, rows):
+    cols = sorted({k for r in rows.values() for k in r})
+    print(f"\n## {title}\n")
+    print("| dataset | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for name, r in rows.items():
+        print(f"| {name} | " + " | ".join(_fmt(r.get(c, np.nan)) for c in cols) + " |")
+    means = {c: _nanmean([r.get(c, np.nan) for r in rows.values()]) for c in cols}
+    print("| **mean** | " + " | ".join(_fmt(means[c]) for c in cols) + " |")
+
+
+def _nanmean(values) -> float:
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if values.size else float("nan")
+
+
+def _fmt(v):
+    return "-" if v is None or not np.isfinite(v) else f"{v:.3f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-root", default=default_data_root(),
+                        help="folder of KEEL .dat files "
+                             "(default: $FERL_DATA_ROOT/tabular or ../shared/data/tabular)")
+    parser.add_argument("--datasets", default=",".join(DEFAULT_SETS))
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--studies", default="planted,geometric,loco")
+    args = parser.parse_args()
+    if args.data_root is None:
+        raise FileNotFoundError("no data folder: pass --data-root or set FERL_DATA_ROOT")
+    root = Path(args.data_root)
+    if not root.is_dir():
+        raise FileNotFoundError(f"data folder {root} not found; pass --data-root or set FERL_DATA_ROOT")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    studies = {"planted": planted, "geometric": geometric, "loco": loco}
+    for study in args.studies.split(","):
+        rows = {}
+        for name in args.datasets.split(","):
+            ds = load_keel(root / f"{name}.dat")  # FileNotFoundError names a missing file
+            per_seed = [studies[study](ds.X, ds.y, seed) for seed in seeds]
+            keys = sorted({k for r in per_seed for k in r})
+            rows[name] = {k: _nanmean([r.get(k, np.nan) for r in per_seed]) for k in keys}
+        _print_table(study, {k: v for k, v in rows.items() if v})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""Rules (export_text, rules_) and per-sample explanations (explain) with their renderings."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_wine
+from sklearn.preprocessing import MinMaxScaler
+
+from ferl import FERLClassifier
+
+WINE = load_wine()
+NAMES = [n.replace("/", "_") for n in WINE.feature_names]
+LABELS = np.array(["barolo", "grignolino", "barbera"])
+
+
+@pytest.fixture(scope="module")
+def data():
+    X = MinMaxScaler().fit_transform(WINE.data)
+    return X, LABELS[WINE.target]
+
+
+@pytest.fixture(scope="module", params=["compact", "deep"])
+def fitted(request, data):
+    X, y = data
+    return FERLClassifier(request.param, random_state=0).fit(X, y, feature_names=NAMES)
+
+
+# ---------------------------------------------------------------------- rules
+def test_export_text_names_every_feature_and_is_stable_for_a_seed(fitted, data):
+    X, y = data
+    text = fitted.export_text()
+    for f in np.unique(fitted.tree_.feature[fitted.tree_.feature >= 0]):
+        assert NAMES[f] in text
+    assert not re.search(r"\bx\d+\b", text)
+    assert text.count("\n") + 1 == fitted.n_rules_
+    again = FERLClassifier(fitted.variant, random_state=0).fit(X, y, feature_names=NAMES)
+    assert again.export_text() == text
+
+
+def test_conditions_use_bands_for_learned_splits_and_terms_for_fixed_partitions(fitted):
+    conds = [c.text for r in fitted.rules_ for c in r.conditions]
+    assert conds
+    if fitted.variant == "compact":
+        pattern = r"^\S+ is (not )?(low|medium|high)$"
+    else:
+        pattern = r"^\S+ (≤|>) -?\d+\.\d+ ± \d+\.\d+$"
+    assert all(re.match(pattern, c) for c in conds), conds
+
+
+def test_rules_carry_id_consequent_and_soft_support(fitted):
+    t = fitted.tree_
+    rules = fitted.rules_
+    assert [r.rule_id for r in rules] == list(range(fitted.n_rules_))
+    assert [r.node for r in rules] == list(np.flatnonzero(t.is_leaf))
+    for r in rules:
+        assert sum(r.distribution.values()) == pytest.approx(1.0)
+        assert list(r.distribution) == list(LABELS[np.argsort(LABELS)])
+        assert r.prediction == max(r.distribution, key=r.distribution.get)
+        assert r.support == pytest.approx(t.weight[r.node])
+        assert len(r.conditions) == t.depth[r.node]
+        assert f"rule {r.rule_id}: IF " in r.text() and f"THEN {r.prediction}" in r.text()
+    assert sum(r.support for r in rules) == pytest.approx(len(LABELS[WINE.target]))
+    json.dumps([r.to_dict() for r in rules])
+
+
+def test_markdown_rule_table_and_bad_style(fitted):
+    md = fitted.export_text(style="markdown")
+    lines = md.splitlines()
+    assert lines[0].startswith("| rule | IF | THEN") and len(lines) == fitted.n_rules_ + 2
+    with pytest.raises(ValueError, match="unknown style 'html'"):
+        fitted.export_text(style="html")
+
+
+# ---------------------------------------------------------------------- explain
+def test_explanation_agrees_with_the_batch_outputs(fitted, data):
+    X, _ = data
+    x = X[60]
+    e = fitted.explain(x)
+    ev = fitted.evidence(X[60:61])
+    assert e.classes == tuple(fitted.classes_)
+    assert e.prediction == fitted.predict(X[60:61])[0]
+    np.testing.assert_allclose(e.belief, ev.belief[0])
+    np.testing.assert_allclose(e.plausibility, ev.plausibility[0])
+    np.testing.assert_allclose(e.probability, fitted.predict_proba(X[60:61])[0])
+    assert e.ignorance == pytest.approx(ev.ignorance[0])
+    assert e.credal_set == tuple(fitted.classes_[fitted.predict_set(X[60:61])[0]])
+    assert e.ood_score == pytest.approx(fitted.ood_score(X[60:61])[0])
+    assert e.robustness_radius == pytest.approx(fitted.robustness_radius(X[60:61])[0])
+    assert list(e.anomalous_features) == fitted.anomalous_features(X[60:61])[0]
+
+
+def test_explanation_lists_the_fired_sources_with_firings_and_masses(fitted, data):
+    X, _ = data
+    e = fitted.explain(X[60])
+    phi, _ = fitted._firing(X[60:61])
+    t = fitted.tree_
+    rules = {r.rule_id: r for r in fitted.rules_}
+    sources = fitted._sources()
+    assert {s.node for s in e.sources} == set(np.flatnonzero(sources & (phi[0] > 0)))
+    assert [s.firing for s in e.sources] == sorted((s.firing for s in e.sources), reverse=True)
+    for s in e.sources:
+        assert s.firing == phi[0, s.node]
+        np.testing.assert_allclose(s.mass, s.firing * t.value[s.node])
+        assert s.ignorance == pytest.approx(1 - s.firing)
+        if s.rule_id is None:
+            assert not t.is_leaf[s.node] and fitted.variant == "compact"  # all-node evidence
+        else:
+            assert s.conditions == tuple(c.text for c in rules[s.rule_id].conditions)
+    leaves = [s for s in e.sources if s.rule_id is not None]
+    assert sum(s.firing for s in leaves) == pytest.approx(e.firing) and e.firing == pytest.approx(1.0)
+
+
+def test_json_and_markdown_renderings(fitted, data):
+    X, _ = data
+    e = fitted.explain(X[100], top_k=3)
+    doc = json.loads(e.to_json())
+    assert doc["prediction"] == e.prediction
+    assert [c["class"] for c in doc["classes"]] == list(LABELS[np.argsort(LABELS)])
+    assert [c["in_set"] for c in doc["classes"]] == [c in e.credal_set for c in e.classes]
+    assert [a["name"] for a in doc["anomalous_features"]] == [a.name for a in e.anomalous_features]
+    assert len(doc["anomalous_features"]) == 3
+    assert len(doc["sources"]) == len(e.sources)
+    md = e.to_markdown()
+    assert f"**Prediction: {e.prediction}**" in md
+    for a in e.anomalous_features:
+        assert f"| {a.name} |" in md
+    for s in e.sources:
+        assert (f"| {s.rule_id} |" if s.rule_id is not None else f"| node {s.node} |") in md
+
+
+def test_explaining_an_input_off_the_support(fitted, data):
+    X, _ = data
+    far = X[0] + 5.0
+    e = fitted.explain(far, top_k=None)
+    assert e.sources == () and e.abstain and e.ignorance == 1.0 and e.firing == 0.0
+    assert set(e.credal_set) == set(LABELS)
+    assert e.robustness_radius == 0.0
+    assert sum(a.routing_loss for a in e.anomalous_features) == pytest.approx(1.0)  # eq. 8
+    assert "No rule fired" in e.to_markdown()
+    assert json.loads(e.to_json())["abstain"] is True
+
+
+def test_explain_takes_exactly_one_valid_sample(fitted, data):
+    X, _ = data
+    assert fitted.explain(X[:1]).prediction == fitted.explain(X[0]).prediction
+    with pytest.raises(ValueError, match="one sample, got 2 rows"):
+        fitted.explain(X[:2])
+    with pytest.raises(ValueError, match="12 features"):
+        fitted.explain(X[0, :12])
+    bad = X[0].copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        fitted.explain(bad)
+
+
+def test_explain_accepts_a_dataframe_row(data):
+    pd = pytest.importorskip("pandas")
+    X, y = data
+    df = pd.DataFrame(X, columns=NAMES)
+    clf = FERLClassifier("deep", random_state=0).fit(df, y)
+    e = clf.explain(df.iloc[[5]])
+    assert e.prediction == clf.predict(df.iloc[[5]])[0]
+    assert all(a.name in NAMES for a in e.anomalous_features)

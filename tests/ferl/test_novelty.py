@@ -1,0 +1,315 @@
+"""Novelty: bounded-support gates, routing loss (appendix eq. 8), free-feature Gaussians (eq. 3), OOD
+scores and anomalous attributes (paper section 3.1, appendix C.2)."""
+
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.datasets import load_wine, make_classification
+from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import MinMaxScaler
+
+from ferl import FERLClassifier, _io
+from ferl._tree import support_gate
+from ferl.benchmarks.keel import default_data_root, load_keel
+from ferl.metrics import ood_auroc
+from ferl.novelty import FIRING_EPS, VAR_FLOOR
+
+
+def _fit(variant, seed, n=300, d=5):
+    X, y = make_classification(n_samples=n, n_features=d, n_informative=3, n_classes=3,
+                               random_state=seed)
+    return FERLClassifier(variant, random_state=seed).fit(X, y), X, y
+
+
+@pytest.fixture(scope="module")
+def wine():
+    X, y = load_wine(return_X_y=True)
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
+    scaler = MinMaxScaler().fit(X_tr)
+    return scaler.transform(X_tr), scaler.transform(X_te), y_tr, y_te
+
+
+@pytest.fixture(scope="module")
+def wine_deep(wine):
+    X_tr, _, y_tr, _ = wine
+    return FERLClassifier("deep", random_state=0).fit(X_tr, y_tr, feature_names=load_wine().feature_names)
+
+
+# ---------------------------------------------------------------------- gates and eq. 8
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 500), variant=st.sampled_from(["compact", "medium", "deep"]),
+       scale=st.sampled_from([0.5, 2.0, 6.0]))
+def test_routing_loss_decomposes_the_lost_mass_exactly(seed, variant, scale):
+    """Appendix eq. 8: 1 - sum of leaf firings = sum over features of the routing loss."""
+    clf, X, _ = _fit(variant, seed)
+    rng = np.random.default_rng(seed)
+    Z = np.vstack([X[:50], rng.normal(scale=scale * X.std(), size=(100, X.shape[1]))])
+    phi, lost = clf._firing(Z)
+    loss = clf.routing_loss(Z)
+    leaf_total = phi[:, clf.tree_.is_leaf].sum(axis=1)
+    np.testing.assert_allclose(1.0 - leaf_total, loss.sum(axis=1), atol=1e-9)
+    # per feature: the lost terms of the internal nodes splitting on it
+    for f in range(Z.shape[1]):
+        nodes = np.flatnonzero(clf.tree_.feature == f)
+        np.testing.assert_allclose(loss[:, f], lost[:, nodes].sum(axis=1), atol=1e-12)
+    assert (loss[:50].sum(axis=1) == 0).all()  # training inputs lie inside every range they reach
+    if scale > 1:
+        assert loss.sum() > 0
+    clf.set_params(bounded_support=False)
+    assert (clf.routing_loss(Z) == 0).all()
+
+
+def test_gate_is_one_in_range_and_at_edges_linear_in_margin_zero_beyond():
+    clf, X, _ = _fit("deep", 3)
+    t = clf.tree_
+    margin = clf._gate_margin()
+    span = X.max(axis=0) - X.min(axis=0)
+    for o in np.flatnonzero(~t.is_leaf):
+        lo, hi, m = t.lo[o], t.hi[o], margin[o]
+        assert m == pytest.approx(max(hi - lo, clf.min_width * span[t.feature[o]]))
+        assert support_gate(lo, lo, hi, m) == 1.0 and support_gate(hi, lo, hi, m) == 1.0
+        assert support_gate((lo + hi) / 2, lo, hi, m) == 1.0
+        for frac in (0.01, 0.25, 0.5, 0.99):
+            for x in (lo - frac * m, hi + frac * m):
+                assert support_gate(x, lo, hi, m) == pytest.approx(1.0 - frac)
+                assert 0.0 < support_gate(x, lo, hi, m) < 1.0
+        assert support_gate(lo - m, lo, hi, m) == pytest.approx(0.0, abs=1e-12)
+        assert support_gate(hi + m, lo, hi, m) == pytest.approx(0.0, abs=1e-12)
+        for x in (lo - 1.01 * m, hi + 1.01 * m, hi + 3 * m):
+            assert support_gate(x, lo, hi, m) == 0.0
+
+
+def test_root_gate_scales_the_firing_and_can_be_switched_off_on_the_same_tree():
+    X, y = make_classification(n_samples=300, n_features=4, random_state=1)
+    clf = FERLClassifier("deep", max_rules=2, random_state=1).fit(X, y)  # one split: the root
+    t = clf.tree_
+    f, lo, hi = t.feature[0], t.lo[0], t.hi[0]
+    m = clf._gate_margin()[0]
+    assert m == pytest.approx(hi - lo)  # support_margin=1: one node-local range
+    x = X[:4].copy()
+    x[:, f] = [hi, lo - 0.25 * m, hi + 0.6 * m, hi + 2 * m]
+    phi, _ = clf._firing(x)
+    np.testing.assert_allclose(phi[:, t.is_leaf].sum(axis=1), [1.0, 0.75, 0.4, 0.0], atol=1e-12)
+    np.testing.assert_allclose(clf.routing_loss(x)[:, f], [0.0, 0.25, 0.6, 1.0], atol=1e-12)
+    proba_on = clf.predict_proba(x)
+    clf.set_params(bounded_support=False)
+    np.testing.assert_allclose(clf._firing(x)[0][:, t.is_leaf].sum(axis=1), 1.0)
+    assert clf.ood_score(x, "firing").max() == 0.0
+    assert clf.predict_proba(x)[3].max() > 1.0 / 2  # off: the far input fires a leaf fully
+    np.testing.assert_allclose(proba_on[3], 0.5)  # on: vacuous
+    clf.set_params(bounded_support=True)
+    np.testing.assert_array_equal(clf.predict_proba(x), proba_on)
+
+
+@pytest.mark.parametrize("variant", ["compact", "deep"])
+def test_input_no_leaf_reaches_gives_vacuous_mass_full_set_and_abstention(variant):
+    clf, X, _ = _fit(variant, 5)
+    far = X[:4] + 10 * (X.max(axis=0) - X.min(axis=0))
+    phi, _ = clf._firing(far)
+    assert (phi[:, clf.tree_.is_leaf] == 0).all()
+    ev = clf.evidence(far)
+    np.testing.assert_array_equal(ev.mass, 0.0)
+    np.testing.assert_array_equal(ev.ignorance, 1.0)
+    assert clf.predict_set(far).all() and ev.abstain.all()
+    np.testing.assert_allclose(clf.predict_proba(far), 1.0 / 3)
+    np.testing.assert_array_equal(clf.ood_score(far, "firing"), 1.0)
+    np.testing.assert_array_equal(clf.ood_score(far, "ignorance"), 1.0)
+
+
+# ---------------------------------------------------------------------- free-feature Gaussians
+def test_free_gaussians_match_a_weighted_numpy_reference():
+    clf, X, y = _fit("deep", 2)
+    rng = np.random.default_rng(0)
+    sw = rng.random(len(y)) + 0.5
+    clf.fit(X, y, sample_weight=sw)
+    t = clf.tree_
+    phi, _ = clf._firing(X)
+    path = t.path_mask(X.shape[1])
+    for o in range(t.n_nodes):
+        w = phi[:, o] * sw
+        assert w.sum() == pytest.approx(t.weight[o], rel=1e-9)
+        mean = np.average(X, axis=0, weights=w)
+        var = np.average((X - mean) ** 2, axis=0, weights=w)
+        np.testing.assert_array_equal(np.isnan(t.free_mean[o]), path[o])
+        np.testing.assert_allclose(t.free_mean[o][~path[o]], mean[~path[o]], rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(t.free_var[o][~path[o]], var[~path[o]], rtol=1e-6, atol=1e-10)
+    assert not path[0].any()  # every feature is free at the root
+
+
+def _reference_anomaly(clf, x):
+    """Slow eq. 3 score: ungated-firing-weighted mean over all nodes where the feature is free."""
+    t = clf.tree_
+    clf.set_params(bounded_support=False)
+    phi0 = clf._firing(x[None])[0][0]
+    clf.set_params(bounded_support=True)
+    floor = VAR_FLOOR * np.where(t.free_var[0] > 0, t.free_var[0], 1.0)
+    num, den = np.zeros(len(x)), np.zeros(len(x))
+    res_num = res_den = 0.0
+    for o in range(t.n_nodes):
+        free = ~np.isnan(t.free_var[o])
+        if phi0[o] == 0 or not free.any():
+            continue
+        z2 = np.where(free, (x - np.nan_to_num(t.free_mean[o])) ** 2
+                      / np.maximum(np.nan_to_num(t.free_var[o], nan=1.0), floor), 0.0)
+        num += phi0[o] * z2
+        den += phi0[o] * free
+        res_num += phi0[o] * z2[free].mean()
+        res_den += phi0[o]
+    return num / den, res_num / res_den
+
+
+def test_feature_anomaly_and_residual_match_slow_reference(wine_deep, wine):
+    _, X_te, _, _ = wine
+    Z = np.vstack([X_te[:5], X_te[5:8] + 3.0])  # in and far out of range
+    A = wine_deep.feature_anomaly(Z)
+    R = wine_deep.ood_score(Z, "residual")
+    for i in range(len(Z)):
+        a, r = _reference_anomaly(wine_deep, Z[i])
+        np.testing.assert_allclose(A[i], a, rtol=1e-10)
+        assert R[i] == pytest.approx(r, rel=1e-10)
+
+
+def test_constant_features_give_finite_scores():
+    rng = np.random.default_rng(0)
+    X = rng.random((200, 3))
+    y = (X[:, 0] > 0.5).astype(int)
+    X = np.column_stack([X, np.full(200, 7.0), y * 2.0])  # constant overall / constant in every pure leaf
+    clf = FERLClassifier("deep", min_width=1e-3, random_state=0).fit(X, y)  # crisp: pure leaves
+    t = clf.tree_
+    assert np.nanmin(t.free_var[t.is_leaf][:, 4]) == 0.0 and t.free_var[0, 3] == 0.0
+    Z = np.vstack([X[:20], X[:5] + [0, 0, 0, 1.0, 0], X[:5] + [0, 0, 0, 0, 0.5]])
+    for scores in (clf.feature_anomaly(Z), clf.ood_score(Z)[:, None], clf.ood_score(Z, "residual")[:, None]):
+        assert np.isfinite(scores).all()
+    A = clf.feature_anomaly(Z)
+    assert (A[:20, 3] == 0).all()  # value equal to the constant: no anomaly
+    assert (A[20:25, 3] > 10).all()  # 1 unit off a constant feature (floor variance VAR_FLOOR)
+    assert [r[0].name for r in clf.anomalous_features(Z[20:25], top_k=1)] == ["x3"] * 5
+
+
+def test_zero_weight_rows_do_not_change_the_gaussians(wine):
+    X, _, y, _ = wine
+    w = np.ones(len(y))
+    w[::3] = 0
+    a = FERLClassifier(random_state=0).fit(X, y, sample_weight=w)
+    b = FERLClassifier(random_state=0).fit(X[w > 0], y[w > 0])
+    np.testing.assert_allclose(a.tree_.free_mean, b.tree_.free_mean, rtol=1e-10)
+    np.testing.assert_allclose(a.tree_.free_var, b.tree_.free_var, rtol=1e-8, atol=1e-14)
+
+
+# ---------------------------------------------------------------------- scores and ranking
+def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
+    _, X_te, _, _ = wine
+    Z = np.vstack([X_te, X_te[:10] + 0.8])
+    residual = wine_deep.ood_score(Z, "residual")
+    firing = wine_deep.ood_score(Z, "firing")
+    np.testing.assert_allclose(firing, wine_deep.routing_loss(Z).sum(axis=1))
+    np.testing.assert_array_equal(wine_deep.ood_score(Z, "ignorance"), wine_deep.evidence(Z).ignorance)
+    combined = 0.5 * residual - np.log(FIRING_EPS + 1 - firing) + np.log1p(FIRING_EPS)
+    np.testing.assert_allclose(wine_deep.ood_score(Z), combined, rtol=1e-12)
+    assert (wine_deep.ood_score(Z) >= 0).all()
+    assert wine_deep.ood_score(Z[-10:]).min() > np.median(wine_deep.ood_score(Z[:-10]))
+    with pytest.raises(ValueError, match="unknown OOD score kind 'entropy'"):
+        wine_deep.ood_score(Z, kind="entropy")
+
+
+def test_planted_shift_of_an_unsplit_feature_is_ranked_first(wine):
+    """Shift one unsplit feature of the test inputs by 4 training standard deviations.
+
+    The default deep tree splits on all 13 wine features, so a smaller rule budget leaves some
+    features unsplit; the read-out is the deep variant's (leaves-only evidence).
+    """
+    X_tr, X_te, y_tr, _ = wine
+    wine_deep = FERLClassifier("deep", max_rules=12, random_state=0).fit(
+        X_tr, y_tr, feature_names=load_wine().feature_names)
+    used = set(wine_deep.tree_.feature[wine_deep.tree_.feature >= 0].tolist())
+    unsplit = [f for f in range(X_tr.shape[1]) if f not in used]
+    assert len(unsplit) >= 3
+    names = wine_deep.feature_names_
+    for f in unsplit:
+        shifted = X_te.copy()
+        shifted[:, f] += 4.0 * X_tr[:, f].std()
+        top = [row[0].name for row in wine_deep.anomalous_features(shifted, top_k=1)]
+        rate = np.mean(np.asarray(top) == names[f])
+        assert rate >= 0.9, (names[f], rate)
+
+
+def test_anomalous_features_structure_and_geometric_attribution(wine_deep, wine):
+    _, X_te, _, _ = wine
+    t = wine_deep.tree_
+    f_root = int(t.feature[0])
+    x = X_te[:4].copy()
+    x[:, f_root] = t.hi[0] + 5 * wine_deep._gate_margin()[0]  # every path crosses the root gate
+    ranked = wine_deep.anomalous_features(x, top_k=3)
+    assert len(ranked) == 4 and all(len(r) == 3 for r in ranked)
+    for row in ranked:
+        assert row[0].feature == f_root and row[0].name == wine_deep.feature_names_[f_root]
+        assert row[0].routing_loss == 1.0
+        assert [a.score for a in row] == sorted((a.score for a in row), reverse=True)
+    everything = wine_deep.anomalous_features(X_te[:2], top_k=None)
+    assert sorted(a.name for a in everything[0]) == sorted(wine_deep.feature_names_)
+    assert len(wine_deep.anomalous_features(X_te[:1], top_k=100)[0]) == X_te.shape[1]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="top_k"):
+            wine_deep.anomalous_features(X_te[:1], top_k=bad)
+
+
+def test_leave_one_class_out_on_wine_is_detected():
+    X, y = load_wine(return_X_y=True)
+    X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, stratify=y, random_state=0)
+    keep = y_tr != 2
+    scaler = MinMaxScaler().fit(X_tr[keep])
+    clf = FERLClassifier(random_state=0).fit(scaler.transform(X_tr[keep]), y_tr[keep])
+    s_id = clf.ood_score(scaler.transform(X_te[y_te != 2]))
+    s_ood = clf.ood_score(scaler.transform(X_te[y_te == 2]))
+    assert ood_auroc(s_id, s_ood) >= 0.9
+
+
+def test_save_load_keeps_the_novelty_model(tmp_path, wine_deep, wine):
+    _, X_te, _, _ = wine
+    wine_deep.save(tmp_path / "m")
+    back = FERLClassifier.load(tmp_path / "m")
+    np.testing.assert_array_equal(back.tree_.free_var, wine_deep.tree_.free_var)
+    Z = X_te + 0.3
+    for kind in ("combined", "residual", "firing", "ignorance"):
+        np.testing.assert_array_equal(back.ood_score(Z, kind), wine_deep.ood_score(Z, kind))
+    assert back.anomalous_features(Z, 3) == wine_deep.anomalous_features(Z, 3)
+
+
+# ---------------------------------------------------------------------- geometric OOD (appendix C.2)
+GEOMETRIC_SETS = ("wine", "glass", "vehicle")
+
+
+@pytest.mark.parametrize("name", GEOMETRIC_SETS)
+def test_geometric_ood_is_detected_by_firing_only_with_gates_on(name):
+    root = default_data_root()
+    path = root / f"{name}.dat" if root else None
+    if path is None or not path.is_file():
+        pytest.skip(f"KEEL data set {path} not available")
+    ds = load_keel(path)
+    X_tr, X_te, y_tr, y_te = train_test_split(ds.X, ds.y, test_size=0.3, stratify=ds.y, random_state=0)
+    scaler = MinMaxScaler().fit(X_tr)
+    X_tr, X_te = scaler.transform(X_tr), scaler.transform(X_te)
+    clf = FERLClassifier("deep", random_state=0).fit(X_tr, y_tr)
+    rng = np.random.default_rng(0)
+    beyond = 0.1 + 0.4 * rng.random(X_te.shape)  # every feature 0.1-0.5 ranges outside [0, 1]
+    X_ood = np.where(rng.random(X_te.shape) < 0.5, -beyond, 1.0 + beyond)
+    on = ood_auroc(clf.ood_score(X_te, "firing"), clf.ood_score(X_ood, "firing"))
+    acc_on = np.mean(clf.predict(X_te) == y_te)
+    clf.set_params(bounded_support=False)
+    off = ood_auroc(clf.ood_score(X_te, "firing"), clf.ood_score(X_ood, "firing"))
+    acc_off = np.mean(clf.predict(X_te) == y_te)
+    assert on >= 0.95, on
+    assert off <= 0.55, off
+    assert abs(acc_on - acc_off) < 0.005, (acc_on, acc_off)
+
+
+def test_loading_a_model_saved_without_the_gaussians_raises(tmp_path, wine_deep):
+    wine_deep.save(tmp_path / "m")
+    meta, arrays = _io.read_model(tmp_path / "m")
+    del arrays["tree_free_var"]
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    _io.write_model(tmp_path / "old", meta, arrays)
+    with pytest.raises(ValueError, match=r"lacks the tree arrays \['free_var'\]"):
+        FERLClassifier.load(tmp_path / "old")
