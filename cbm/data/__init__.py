@@ -8,10 +8,8 @@ torch datasets yield ``(input, concepts float32 (k,), class int)``.
 from .awa2 import AwA2Metadata, load_awa2, load_awa2_metadata
 from .common import (
     DATA_ROOT_ENV,
-    ConceptDataset,
     DataFormatError,
     DatasetLayoutError,
-    SampleTable,
     UnreadableImageError,
     resolve_data_root,
     stratified_split,
@@ -28,7 +26,9 @@ from .folds import (
     save_folds,
 )
 from .registry import DATASETS, load_dataset
-from .synthetic import SyntheticWorld, load_synthetic, make_synthetic, make_world, write_synthetic
+from .synthetic import load_synthetic, make_synthetic, write_synthetic
+from .synthetic_world import SyntheticWorld, make_world
+from .tables import ConceptDataset, SampleTable
 
 __all__ = [
     "DATA_ROOT_ENV",

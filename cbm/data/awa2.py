@@ -18,9 +18,6 @@ import numpy as np
 from .common import (
     DataFormatError,
     DatasetLayoutError,
-    ImageFileTable,
-    check_images_readable,
-    check_on_unreadable,
     check_training_images,
     find_dataset_dir,
     read_pairs,
@@ -28,6 +25,7 @@ from .common import (
     select_classes,
     stratified_split,
 )
+from .tables import ImageFileTable, check_images_readable, check_on_unreadable
 
 __all__ = ["AWA2_LAYOUT", "AWA2_FRACTIONS", "AwA2Metadata", "load_awa2_metadata", "load_awa2"]
 

@@ -31,9 +31,6 @@ import pandas as pd
 from .common import (
     DataFormatError,
     DatasetLayoutError,
-    ImageFileTable,
-    check_images_readable,
-    check_on_unreadable,
     check_training_images,
     check_unique,
     find_dataset_dir,
@@ -42,6 +39,7 @@ from .common import (
     select_classes,
     stratified_split,
 )
+from .tables import ImageFileTable, check_images_readable, check_on_unreadable
 
 __all__ = [
     "KOH_112_ATTRIBUTE_INDICES",

@@ -13,9 +13,9 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
-from .common import ConceptDataset, SampleTable
 from .folds import ClassFold, class_disjoint_folds, load_folds, open_world_split, save_folds
 from .registry import get_spec, load_dataset
+from .tables import ConceptDataset, SampleTable
 
 __all__ = ["ConceptDataModule", "build_transform", "IMAGENET_MEAN", "IMAGENET_STD"]
 

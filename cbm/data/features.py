@@ -20,11 +20,11 @@ from .awa2 import AWA2_FRACTIONS, load_awa2_metadata
 from .common import (
     DataFormatError,
     DatasetLayoutError,
-    FeatureTable,
     check_training_images,
     select_classes,
     stratified_split,
 )
+from .tables import FeatureTable
 
 __all__ = ["AWA_FEATURES_FILE", "load_feature_table", "load_awa_features"]
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from .awa2 import load_awa2
-from .common import SampleTable, close_matches
+from .common import close_matches
 from .cub import load_cub
 from .features import load_awa_features
 from .synthetic import make_synthetic
+from .tables import SampleTable
 
 __all__ = ["DatasetSpec", "DATASETS", "get_spec", "load_dataset"]
 

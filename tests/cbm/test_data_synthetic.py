@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cbm.data import load_synthetic, make_synthetic, make_world
-from cbm.data.synthetic import GROUPS, render
+from cbm.data.synthetic_world import GROUPS, render
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from lightning.pytorch import Callback
 from cbm.cli import train_detector_main
 from cbm.concepts_io import check_table_matches_checkpoint, load_concept_tables
 from cbm.data import ConceptDataModule
-from cbm.data.common import FeatureTable
+from cbm.data.tables import FeatureTable
 from cbm.train import train_detector
 
 TINY = "test_resnet"  # timm's 0.4 M-parameter ResNet for tests
