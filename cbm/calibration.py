@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
-from cbm.concepts_io import atomic_write_text, check_concept_names
+from cbm.concepts_io import check_concept_names
 from ferl.metrics import expected_calibration_error
+from ferl.persist import atomic_write_text
 
 __all__ = ["SCHEMA_VERSION", "ConceptCalibrator", "concept_ece"]
 

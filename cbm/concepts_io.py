@@ -1,4 +1,4 @@
-"""Concept tables: the detector's concept probabilities per split, and atomic file writes.
+"""Concept tables: the detector's concept probabilities per split.
 
 A run directory holds ``concepts/{train,val,test}.npz`` (see ``docs/DESIGN.md``), each with
 
@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +29,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ferl.persist import atomic_write_bytes
+
 __all__ = [
     "SCHEMA_VERSION",
     "ConceptTable",
-    "atomic_write_bytes",
-    "atomic_write_text",
     "check_concept_names",
     "check_table_matches_checkpoint",
     "checkpoint_concept_names",
@@ -48,31 +47,6 @@ SCHEMA_VERSION = 1
 
 _KEYS = ("probs", "concept_labels", "y", "concept_names", "class_names", "sample_ids", "split",
          "schema_version")
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename).
-
-    Parent folders are created. Returns the path.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write UTF-8 ``text`` to ``path`` atomically (see :func:`atomic_write_bytes`)."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _first_bad(mask: np.ndarray) -> tuple[int, int]:

@@ -33,10 +33,11 @@ import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from cbm.calibration import ConceptCalibrator, concept_ece
-from cbm.concepts_io import atomic_write_text, load_concept_tables
+from cbm.concepts_io import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.report_tables import heads_frame, heads_markdown
 from ferl import metrics as M
+from ferl.persist import atomic_write_text
 
 __all__ = ["INPUTS", "evaluate_head", "fit_head", "fit_head_main", "fit_head_parser"]
 

@@ -36,9 +36,9 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier, export_text
 from sklearn.tree._tree import NODE_DTYPE, Tree
 
-from cbm.concepts_io import atomic_write_text, check_concept_names
+from cbm.concepts_io import check_concept_names
 from ferl import FERLClassifier
-from ferl._io import read_model, write_model
+from ferl.persist import atomic_write_text, read_model, write_model
 
 __all__ = [
     "HEADS",

@@ -35,13 +35,9 @@ from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from torch.utils.data import DataLoader, RandomSampler
 
-from cbm.concepts_io import (
-    atomic_write_text,
-    check_concept_names,
-    checkpoint_concept_names,
-    save_concept_table,
-)
+from cbm.concepts_io import check_concept_names, checkpoint_concept_names, save_concept_table
 from cbm.detector import ConceptDetector, concept_metrics, imbalance_pos_weight
+from ferl.persist import atomic_write_text
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "train_detector"]
 

@@ -11,7 +11,7 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ferl import _io, certificate
+from ferl import certificate, persist
 from ferl._builder import GrowthSettings, grow_tree
 from ferl._partitions import fixed_partitions
 from ferl._tree import FuzzyTree
@@ -406,7 +406,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             "n_features_in": int(self.n_features_in_),
             "n_classes": len(classes),
         }
-        return _io.write_model(path, meta, arrays)
+        return persist.write_model(path, meta, arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FERLClassifier:
@@ -417,7 +417,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         FileNotFoundError, ValueError
             Missing files, another schema version, or a corrupted ``.npz``.
         """
-        meta, arrays = _io.read_model(path)
+        meta, arrays = persist.read_model(path)
         if meta.get("estimator") != "FERLClassifier":
             raise ValueError(f"{path} does not hold a FERLClassifier")
         est = cls(**meta["params"], random_state=meta["random_state"])

@@ -5,9 +5,8 @@ Every file is written atomically (temporary file in the same folder, then ``os.r
 
 from __future__ import annotations
 
+import io
 import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -16,33 +15,9 @@ from matplotlib.figure import Figure
 from ferl.benchmarks import tables as T
 from ferl.benchmarks.plots import plot_accuracy_vs_size, plot_shift
 from ferl.benchmarks.runner import BenchmarkResult
+from ferl.persist import atomic_write_bytes
 
-__all__ = ["atomic_write_bytes", "render_report", "write_report"]
-
-
-def _atomic(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp)`` on a temporary file next to ``path``, then rename it onto ``path``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file in the same folder, then rename).
-
-    Parameters
-    ----------
-    path : Path
-    data : bytes
-    """
-    _atomic(path, lambda tmp: Path(tmp).write_bytes(data))
+__all__ = ["render_report", "write_report"]
 
 
 def _write_csv(path: Path, frame: pd.DataFrame) -> None:
@@ -50,7 +25,9 @@ def _write_csv(path: Path, frame: pd.DataFrame) -> None:
 
 
 def _write_figure(path: Path, fig: Figure) -> None:
-    _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def render_report(result: BenchmarkResult, command: str = "") -> str:

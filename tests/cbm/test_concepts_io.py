@@ -9,7 +9,6 @@ import torch
 from cbm.concepts_io import (
     SCHEMA_VERSION,
     ConceptTable,
-    atomic_write_bytes,
     check_concept_names,
     check_table_matches_checkpoint,
     checkpoint_concept_names,
@@ -17,6 +16,7 @@ from cbm.concepts_io import (
     load_concept_tables,
     save_concept_table,
 )
+from ferl.persist import atomic_write_bytes
 
 CONCEPTS = ["wing::red", "wing::blue", "beak::long"]
 CLASSES = ["gull", "tern"]

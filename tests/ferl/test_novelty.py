@@ -10,7 +10,7 @@ from sklearn.datasets import load_wine, make_classification
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler
 
-from ferl import FERLClassifier, _io
+from ferl import FERLClassifier, persist
 from ferl._tree import support_gate
 from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.metrics import ood_auroc
@@ -307,9 +307,9 @@ def test_geometric_ood_is_detected_by_firing_only_with_gates_on(name):
 
 def test_loading_a_model_saved_without_the_gaussians_raises(tmp_path, wine_deep):
     wine_deep.save(tmp_path / "m")
-    meta, arrays = _io.read_model(tmp_path / "m")
+    meta, arrays = persist.read_model(tmp_path / "m")
     del arrays["tree_free_var"]
     meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
-    _io.write_model(tmp_path / "old", meta, arrays)
+    persist.write_model(tmp_path / "old", meta, arrays)
     with pytest.raises(ValueError, match=r"lacks the tree arrays \['free_var'\]"):
         FERLClassifier.load(tmp_path / "old")

@@ -1,7 +1,8 @@
-"""Pickle-free persistence: a JSON document plus an ``.npz`` of plain numeric arrays.
+"""Atomic file writes and pickle-free model persistence (a JSON document plus an ``.npz``).
 
-Both files are written atomically (temporary file in the same folder, then ``os.replace``). The JSON
-carries a schema version and the SHA-256 of the ``.npz`` so a mismatched pair is detected on load.
+Every file of the project is written atomically (temporary file in the same folder, then
+``os.replace``), so an interrupted write never leaves a truncated file. A model's JSON carries a
+schema version and the SHA-256 of its ``.npz`` so a mismatched pair is detected on load.
 """
 
 from __future__ import annotations
@@ -15,15 +16,24 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "atomic_write_bytes", "write_model", "read_model"]
+__all__ = ["SCHEMA_VERSION", "atomic_write_bytes", "atomic_write_text", "write_model", "read_model"]
 
 SCHEMA_VERSION = 1
 JSON_NAME = "model.json"
 NPZ_NAME = "model.npz"
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename)."""
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename).
+
+    Parent folders are created. The file gets the permissions of a plain ``open(path, "wb")``
+    (0666 minus the umask), not the private 0600 of the temporary file.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -32,11 +42,23 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically (see `atomic_write_bytes`)."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_model(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
