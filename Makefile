@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python scripts/demo.py
+	$(BIN)/python scripts/demo.py $(DEMO_ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,44 +1,51 @@
-"""The main job on the embedded default (until the concept pipeline lands): FERL on scikit-learn's wine.
+"""``make demo``: the whole pipeline on the embedded synthetic concept world, then ``runs/demo/report.md``.
 
-Fits the three FERL variants on a stratified 70/30 split of the wine data that ships with
-scikit-learn and prints accuracy, the rules, a few credal sets and the abstentions.
+Trains the concept detector (``train-detector``), fits the calibrated heads (``fit-head``), runs
+one fold of the open-world protocol (``evaluate-openworld``) and writes the report with example
+explanations (``cbm.report``): 2.5 to 10 minutes on 2 CPU cores (idle to busy). Running it again
+starts a new run (the finished one stays in ``runs/demo.previous`` until the new one completes);
+an interrupted run is resumed. The steps and the re-run rules are in :mod:`cbm.demo`.
+
+Examples
+--------
+    python scripts/demo.py                      # = make demo
+    python scripts/demo.py --fresh              # discard an interrupted run instead of resuming it
+    python scripts/demo.py --profile tiny --out runs/demo-tiny    # seconds-long smoke run
 """
 
 from __future__ import annotations
 
-import numpy as np
-from sklearn.datasets import load_wine
-from sklearn.model_selection import train_test_split
-from sklearn.preprocessing import MinMaxScaler
+import argparse
+import time
+import warnings
 
-from ferl import PRESETS, FERLClassifier
+from cbm.demo import PROFILES, headline, run_demo
 
 
-def main() -> None:
-    data = load_wine()
-    classes = np.array(["class_0", "class_1", "class_2"])
-    X_tr, X_te, y_tr, y_te = train_test_split(
-        data.data, classes[data.target], test_size=0.3, stratify=data.target, random_state=0
-    )
-    scaler = MinMaxScaler().fit(X_tr)
-    X_tr, X_te = scaler.transform(X_tr), scaler.transform(X_te)
-    for variant in PRESETS:
-        clf = FERLClassifier(variant, random_state=0).fit(X_tr, y_tr, feature_names=data.feature_names)
-        ev = clf.evidence(X_te)
-        sets = ev.credal_set
-        acc = float((clf.predict(X_te) == y_te).mean())
-        covered = sets[np.arange(len(y_te)), np.searchsorted(clf.classes_, y_te)]
-        print(f"\n=== FERL-{variant}: {clf.n_rules_} rules, test accuracy {acc:.3f}, "
-              f"set coverage {covered.mean():.3f}, mean set size {sets.sum(1).mean():.2f}, "
-              f"mean ignorance {ev.ignorance.mean():.3f}, abstentions {int(ev.abstain.sum())}")
-        print(clf.export_text())
-        order = np.argsort(-sets.sum(1), kind="stable")[:3]
-        print("most uncertain test samples:")
-        for i in order:
-            members = ", ".join(clf.classes_[sets[i]])
-            print(f"  #{i}: true {y_te[i]}, predicted {clf.predict(X_te[i:i + 1])[0]}, "
-                  f"credal set {{{members}}}, ignorance {ev.ignorance[i]:.3f}"
-                  + ("  -> abstains" if ev.abstain[i] else ""))
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options (see ``--help``)."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/demo", help="run directory (default runs/demo)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), default="demo",
+                        help="demo (default) or tiny (a seconds-long smoke run)")
+    parser.add_argument("--fresh", action="store_true", help="discard an unfinished run instead of resuming")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the demo; print the headline numbers and where the report is."""
+    args = parse_args(argv)
+    # torch deprecation noise from Lightning's pytree helper, printed at every step otherwise
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated")
+    start = time.perf_counter()
+    try:
+        report = run_demo(args.out, PROFILES[args.profile], fresh=args.fresh)
+    except KeyboardInterrupt:
+        raise SystemExit(f"\ninterrupted: run the demo again to resume the run in {args.out}") from None
+    except (FileExistsError, FileNotFoundError) as err:
+        raise SystemExit(f"demo: error: {err}") from err
+    print("\n" + "\n".join(headline(report.parent)))
+    print(f"\nDemo finished in {time.perf_counter() - start:.0f} s. Report: {report}")
 
 
 if __name__ == "__main__":
