@@ -240,7 +240,7 @@ class ConceptCalibrator:
             raise FileNotFoundError(f"calibration file {path} does not exist")
         try:
             doc = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"{path} is not valid JSON: {err}") from err
         if not isinstance(doc, dict) or doc.get("calibrator") != "ConceptCalibrator":
             raise ValueError(f"{path} is not a ConceptCalibrator file")
@@ -248,14 +248,23 @@ class ConceptCalibrator:
             raise ValueError(
                 f"{path}: schema version {doc.get('schema_version')!r}, this code reads {SCHEMA_VERSION}"
             )
+        if not isinstance(doc.get("concept_names"), list) or not isinstance(doc.get("maps"), list) \
+                or not all(isinstance(m, dict) and {"concept", "kind", "x", "y"} <= m.keys()
+                           for m in doc["maps"]):
+            raise ValueError(f"{path}: concept_names or maps (concept, kind, x, y) are missing or malformed")
         names = [str(n) for n in doc["concept_names"]]
         maps = doc["maps"]
         if [m["concept"] for m in maps] != names:
             raise ValueError(f"{path}: the maps' concepts differ from concept_names")
         knots = []
         for m in maps:
-            xk, yk = np.asarray(m["x"], dtype=np.float64), np.asarray(m["y"], dtype=np.float64)
-            if (xk.ndim != 1 or xk.shape != yk.shape or xk.size == 0 or np.any(np.diff(xk) <= 0)
+            try:
+                xk, yk = np.asarray(m["x"], dtype=np.float64), np.asarray(m["y"], dtype=np.float64)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{path}: the map of concept {m['concept']!r} is not numeric: {err}") \
+                    from err
+            if (xk.ndim != 1 or xk.shape != yk.shape or xk.size == 0 or not np.isfinite(xk).all()
+                    or not np.isfinite(yk).all() or np.any(np.diff(xk) <= 0)
                     or np.any(np.diff(yk) < 0) or yk.min() < 0 or yk.max() > 1):
                 raise ValueError(f"{path}: the map of concept {m['concept']!r} is not monotone into [0, 1]")
             knots.append((xk, yk))

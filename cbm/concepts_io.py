@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import os
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,12 +229,13 @@ def load_concept_table(path: str | os.PathLike) -> ConceptTable:
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {key: z[key] for key in z.files}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise ValueError(f"{path} is not a readable .npz concept table: {err}") from err
     missing = [key for key in _KEYS if key not in data]
     if missing:
         raise ValueError(f"{path} is not a concept table: missing {missing}")
-    version = int(data["schema_version"])
+    version = data["schema_version"]
+    version = version.item() if version.shape == () and version.dtype.kind in "iu" else version.tolist()
     if version != SCHEMA_VERSION:
         raise ValueError(
             f"{path} has concept-table schema version {version}; this code reads {SCHEMA_VERSION}"

@@ -426,10 +426,18 @@ def load_head(path: str | os.PathLike) -> ConceptHead:
     path = Path(path)
     if not (path / HEAD_JSON).is_file():
         raise FileNotFoundError(f"{path / HEAD_JSON} not found (not a saved head)")
-    doc = json.loads((path / HEAD_JSON).read_text())
+    try:
+        doc = json.loads((path / HEAD_JSON).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path / HEAD_JSON} is not valid JSON: {err}") from err
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path / HEAD_JSON} does not hold a JSON object (a saved head's description)")
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{path / HEAD_JSON}: schema version {doc.get('schema_version')!r}, expected "
                          f"{SCHEMA_VERSION}")
+    missing = [k for k in ("head", "kind", "seed", "concept_names") if k not in doc]
+    if missing:
+        raise ValueError(f"{path / HEAD_JSON} lacks the fields {missing}")
     head = make_head(doc["head"], doc["seed"])
     if head.kind != doc["kind"]:
         raise ValueError(f"{path / HEAD_JSON}: head {doc['head']!r} is not of kind {doc['kind']!r}")

@@ -70,7 +70,7 @@ class _Grower:
                 draws = positive[rng.integers(0, len(positive), len(positive))]
                 self.mult[b] = np.bincount(draws, minlength=n)
             span = X[positive].max(axis=0) - X[positive].min(axis=0)
-            self.min_width = np.maximum(settings.min_width * span, 1e-12)
+            self.min_width = np.maximum(settings.min_width * span, np.finfo(np.float64).tiny)
 
     def candidate(self, w, allowed) -> _Candidate | None:
         s = self.s

@@ -254,3 +254,43 @@ class FuzzyTree:
             mask[o] = mask[p]
             mask[o, self.feature[p]] = True
         return mask
+
+    def structure_problem(self, n_features: int) -> str | None:
+        """The first structural inconsistency of the node arrays, or None when they are sound.
+
+        The numba kernels index the node arrays without bounds checks, so a loaded tree is
+        checked before any inference: array shapes and dtypes, children after their parent and
+        inside the tree, parents matching children, features inside ``[0, n_features)``, class
+        distributions finite and summing to 1, internal nodes with a fuzzy set and a finite range.
+        """
+        n = len(self.feature)
+        shapes = {k: (n,) for k in FuzzyTree.ARRAY_FIELDS}
+        shapes.update(trap=(n, 4), value=(n, self.n_classes), free_mean=(n, n_features),
+                      free_var=(n, n_features))
+        for k, shape in shapes.items():
+            arr = getattr(self, k)
+            kind = "i" if k in FuzzyTree.INT_FIELDS else "f"
+            if arr.shape != shape or arr.dtype.kind != kind:
+                return (f"tree array {k!r} has shape {arr.shape} and dtype {arr.dtype}, expected {shape}, "
+                        f"{'integer' if kind == 'i' else 'float'}")
+        if n < 1:
+            return "the tree has no node"
+        internal = self.feature >= 0
+        idx = np.arange(n)
+        if (self.feature >= n_features).any() or (self.feature < -1).any():
+            return f"a split feature lies outside [0, {n_features})"
+        for child in (self.left, self.right):
+            if (internal & ((child <= idx) | (child >= n))).any() or (~internal & (child != -1)).any():
+                return "a child index lies outside the tree or before its parent"
+        if self.parent[0] != -1 or (self.parent[1:] < 0).any() or (self.parent[1:] >= idx[1:]).any() \
+                or (self.parent[self.left[internal]] != idx[internal]).any() \
+                or (self.parent[self.right[internal]] != idx[internal]).any():
+            return "the parent indices do not match the children"
+        if not (np.isfinite(self.value).all() and (self.value >= 0).all()
+                and np.allclose(self.value.sum(axis=1), 1.0)):
+            return "a node's class distribution is not finite, non-negative and summing to 1"
+        if np.isnan(self.trap[internal]).any() or not (
+                np.isfinite(self.lo[internal]).all() and np.isfinite(self.hi[internal]).all()):
+            return "an internal node has a NaN fuzzy set or a non-finite observed range"
+
+        return None

@@ -201,6 +201,14 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
         sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        # Only relative weights matter: grow on weights rescaled to a mean positive weight of 1 so
+        # that weights such as 1e-300 or 1e300 neither underflow nor overflow in the split gains;
+        # the nodes' soft supports are reported in the caller's units (times `unit`).
+        top = float(sw.max())
+        sw = sw / top
+        unit = float(sw[sw > 0].mean())
+        sw = sw / unit
+        unit *= top
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         weighted = np.unique(y_enc[sw > 0])
@@ -218,7 +226,19 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         self.partitions_ = sets
         rng = np.random.default_rng(_seed_from(self.random_state))
         self.tree_ = grow_tree(X, y_enc.astype(np.int64), sw, n_classes, settings, rng, sets)
-        fit_free_gaussians(self.tree_, X, sw)
+        self.tree_.weight = self.tree_.weight * unit
+        with np.errstate(over="ignore", invalid="ignore"):
+            fit_free_gaussians(self.tree_, X, sw)
+        root_mean, root_var = self.tree_.free_mean[0], self.tree_.free_var[0]
+        span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
+        bad = ~np.isfinite(root_mean) | ~np.isfinite(root_var) | ((root_var == 0) & (span > 0))
+        if bad.any():
+            names = [self.feature_names_[j] for j in np.flatnonzero(bad)]
+            raise ValueError(
+                f"the variance of feature(s) {names[:10]} overflows or underflows float64 (values "
+                f"from {np.abs(X).min():.3g} to {np.abs(X).max():.3g} in absolute value); rescale X "
+                f"(e.g. standardise it) before fitting"
+            )
         self.n_rules_ = int(self.tree_.is_leaf.sum())
         return self
 
@@ -242,7 +262,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
 
     def _gate_margin(self) -> np.ndarray:
         span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
-        min_margin = np.maximum(self.min_width * span, 1e-12)
+        min_margin = np.maximum(self.min_width * span, np.finfo(np.float64).tiny)
         return self.tree_.margins(self.support_margin, min_margin)
 
     def _firing(self, X):
@@ -357,6 +377,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         X = np.asarray(x, dtype=np.float64) if not hasattr(x, "columns") else x
         if X.ndim == 1:
             X = X.reshape(1, -1)
+        if X.ndim != 2:
+            raise ValueError(f"explain takes one sample of shape (n_features_in_,) or (1, n_features_in_), "
+                             f"got an array of shape {X.shape}")
         if X.shape[0] != 1:
             raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
         X = self._check_X(X)
@@ -420,14 +443,23 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         meta, arrays = persist.read_model(path)
         if meta.get("estimator") != "FERLClassifier":
             raise ValueError(f"{path} does not hold a FERLClassifier")
-        est = cls(**meta["params"], random_state=meta["random_state"])
-        est.classes_ = np.asarray(meta["classes"], dtype=None if meta["classes_dtype"] == "str"
-                                  else np.dtype(meta["classes_dtype"]))
+        needed = ["params", "random_state", "classes", "classes_dtype", "feature_names",
+                  "feature_names_in", "n_features_in", "n_classes"]
+        missing = [k for k in needed if k not in meta]
+        if missing:
+            raise ValueError(f"{path}: model.json lacks the fields {missing}")
+        try:
+            est = cls(**meta["params"], random_state=meta["random_state"])
+            est._validate_params()
+            est.classes_ = np.asarray(meta["classes"], dtype=None if meta["classes_dtype"] == "str"
+                                      else np.dtype(meta["classes_dtype"]))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: invalid parameters or classes in model.json: {err}") from err
         est.n_features_in_ = meta["n_features_in"]
         if meta["feature_names_in"] is not None:
             est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
         est.feature_names_ = list(meta["feature_names"])
-        est.feature_range_ = arrays["feature_range"]
+        est.feature_range_ = arrays.get("feature_range")
         est.partitions_ = arrays.get("partitions")
         tree = FuzzyTree(n_classes=meta["n_classes"])
         missing = [k for k in FuzzyTree.SAVED_FIELDS if f"tree_{k}" not in arrays]
@@ -435,9 +467,39 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"{path} lacks the tree arrays {missing}; refit and save the model again")
         for k in FuzzyTree.SAVED_FIELDS:
             setattr(tree, k, arrays[f"tree_{k}"])
+        _check_loaded(path, est, tree, meta, arrays)
         est.tree_ = tree
         est.n_rules_ = int(tree.is_leaf.sum())
         return est
+
+
+def _check_loaded(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> None:
+    """ValueError naming the first inconsistency of a loaded model (hand-edited or corrupted files).
+
+    The numba kernels index the node arrays without bounds checks, so the tree's structure is
+    checked before any inference: children after their parent and inside the tree, features
+    inside ``[0, n_features_in)``, shapes matching the node and class counts.
+    """
+    def fail(problem):
+        raise ValueError(f"{path}: corrupted model ({problem}); refit and save the model again")
+
+    d, n_classes = meta["n_features_in"], meta["n_classes"]
+    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
+        fail(f"n_features_in is {d!r}")
+    if not isinstance(n_classes, int) or isinstance(n_classes, bool) or n_classes != len(est.classes_) \
+            or n_classes < 2 or est.classes_.ndim != 1:
+        fail(f"n_classes {n_classes!r} does not match the {len(est.classes_)} classes")
+    if len(est.feature_names_) != d or (meta["feature_names_in"] is not None
+                                        and len(meta["feature_names_in"]) != d):
+        fail(f"the feature names do not number n_features_in = {d}")
+    fr = est.feature_range_
+    if fr is None or fr.shape != (d, 2) or fr.dtype.kind != "f" or not np.isfinite(fr).all():
+        fail("feature_range is missing or is not a finite (n_features_in, 2) array")
+    if est.partitions_ is not None and (est.partitions_.shape[:1] != (d,) or est.partitions_.ndim != 3):
+        fail("partitions do not match n_features_in")
+    problem = tree.structure_problem(d)
+    if problem:
+        fail(problem)
 
 
 def _seed_from(random_state) -> int | None:

@@ -91,8 +91,12 @@ def write_model(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarra
     np.savez(buf, **arrays)
     blob = buf.getvalue()
     doc = dict(meta, schema_version=SCHEMA_VERSION, npz_sha256=hashlib.sha256(blob).hexdigest())
+    try:  # serialise before writing anything, so a failure leaves an existing model untouched
+        text = json.dumps(doc, indent=2, sort_keys=True).encode()
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"the model description cannot be saved as JSON: {err}") from err
     atomic_write_bytes(path / NPZ_NAME, blob)
-    atomic_write_bytes(path / JSON_NAME, json.dumps(doc, indent=2, sort_keys=True).encode())
+    atomic_write_bytes(path / JSON_NAME, text)
     return path
 
 
@@ -110,13 +114,21 @@ def read_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     for name in (JSON_NAME, NPZ_NAME):
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} not found (a saved model has {JSON_NAME} and {NPZ_NAME})")
-    doc = json.loads((path / JSON_NAME).read_text())
+    try:
+        doc = json.loads((path / JSON_NAME).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path / JSON_NAME} is not valid JSON: {err}") from err
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path / JSON_NAME} does not hold a JSON object (a saved model's description)")
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ValueError(f"{path / JSON_NAME}: schema version {version!r}, expected {SCHEMA_VERSION}")
     blob = (path / NPZ_NAME).read_bytes()
     if hashlib.sha256(blob).hexdigest() != doc.get("npz_sha256"):
         raise ValueError(f"{path / NPZ_NAME} does not match {path / JSON_NAME} (checksum differs)")
-    with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
-        arrays = {k: npz[k] for k in npz.files}
+    try:
+        with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except Exception as err:  # zipfile.BadZipFile, truncated members, object arrays...
+        raise ValueError(f"{path / NPZ_NAME} is not a readable pickle-free .npz: {err}") from err
     return doc, arrays

@@ -156,3 +156,28 @@ def test_unfitted_and_corrupted_files_raise(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="not monotone"):
         ConceptCalibrator.load(path)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d["maps"][0].update(x=[0.1, float("nan")], y=[0.0, 1.0]), "not monotone"),
+    (lambda d: d.pop("maps"), "malformed"),
+    (lambda d: d.update(concept_names=None), "malformed"),
+    (lambda d: d["maps"][0].update(x=["a"]), "not numeric"),
+])
+def test_load_rejects_hand_edited_maps(tmp_path, edit, match):
+    rng = np.random.default_rng(0)
+    probs = rng.random((50, 2))
+    cal = ConceptCalibrator().fit(probs, (probs > 0.5).astype(int), ["a", "b"])
+    path = cal.save(tmp_path / "calibration.json")
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=match):
+        ConceptCalibrator.load(path)
+
+
+def test_load_rejects_a_binary_file(tmp_path):
+    path = tmp_path / "calibration.json"
+    path.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        ConceptCalibrator.load(path)

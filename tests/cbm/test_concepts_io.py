@@ -140,3 +140,27 @@ def test_load_concept_tables_checks_names_across_splits(tmp_path):
     save_concept_table(tmp_path / "concepts" / "test.npz", **other)
     with pytest.raises(ValueError, match=r"concepts/test\.npz.*\['beak::long'\]"):
         load_concept_tables(tmp_path / "concepts")
+
+
+@pytest.mark.parametrize("cut", [0, 200, -50])
+def test_load_rejects_a_truncated_table(tmp_path, cut):
+    path = tmp_path / "val.npz"
+    probs = np.full((3, 2), 0.5)
+    save_concept_table(path, probs=probs, concept_labels=np.zeros((3, 2), int), y=np.array([0, 1, 0]),
+                       concept_names=["a", "b"], class_names=["x", "y"], sample_ids=["0", "1", "2"])
+    blob = path.read_bytes()
+    path.write_bytes(blob[:cut] if cut >= 0 else blob[:len(blob) + cut])
+    with pytest.raises(ValueError, match="not a readable .npz concept table"):
+        load_concept_table(path)
+
+
+def test_load_rejects_a_non_scalar_schema_version(tmp_path):
+    path = tmp_path / "val.npz"
+    save_concept_table(path, probs=np.full((3, 2), 0.5), concept_labels=np.zeros((3, 2), int),
+                       y=np.array([0, 1, 0]), concept_names=["a", "b"], class_names=["x", "y"],
+                       sample_ids=["0", "1", "2"])
+    data = dict(np.load(path))
+    data["schema_version"] = np.array([1, 2])
+    np.savez(path, **data)
+    with pytest.raises(ValueError, match="schema version"):
+        load_concept_table(path)

@@ -138,3 +138,16 @@ def test_same_seed_same_model():
     b = make_head("ferl-deep", seed=3).fit(X, y, NAMES)
     np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
     assert a.describe() == b.describe()
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{", "not valid JSON"), ("[]", "JSON object"), ('{"schema_version": 1}', "lacks the fields"),
+])
+def test_load_head_rejects_a_corrupted_head_json(tmp_path, text, match):
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 3))
+    y = (X[:, 0] > 0.5).astype(int)
+    make_head("lr").fit(X, y, ["a", "b", "c"]).save(tmp_path)
+    (tmp_path / "head.json").write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_head(tmp_path)

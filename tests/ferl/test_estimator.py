@@ -176,3 +176,110 @@ def test_zero_weight_samples_equal_removing_them(wine):
     a = FERLClassifier(random_state=0).fit(X, y, sample_weight=w)
     b = FERLClassifier(random_state=0).fit(X[w > 0], y[w > 0])
     np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_sample_weight_scale_does_not_change_the_model(wine, scale):
+    X, y = wine
+    ref = FERLClassifier(random_state=0).fit(X, y)
+    clf = FERLClassifier(random_state=0).fit(X, y, sample_weight=np.full(len(y), scale))
+    assert clf.n_rules_ == ref.n_rules_
+    np.testing.assert_allclose(clf.predict_proba(X), ref.predict_proba(X))
+
+
+def test_tiny_feature_scale_still_learns():
+    rng = np.random.default_rng(0)
+    X = rng.random((60, 4))
+    y = (X[:, 0] > 0.5).astype(int)
+    clf = FERLClassifier(random_state=0).fit(X * 1e-100, y)
+    assert (clf.predict(X * 1e-100) == y).mean() > 0.95
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_feature_values_whose_variance_overflows_raise(scale):
+    rng = np.random.default_rng(0)
+    X = rng.random((60, 4))
+    y = (X[:, 0] > 0.5).astype(int)
+    with pytest.raises(ValueError, match="overflows or underflows float64.*rescale X"):
+        FERLClassifier(random_state=0).fit(X * scale, y)
+
+
+def test_explain_rejects_a_scalar(wine):
+    X, y = wine
+    clf = FERLClassifier(random_state=0).fit(X, y)
+    with pytest.raises(ValueError, match="explain takes one sample"):
+        clf.explain(1.0)
+
+
+def _rewrite(folder, json_edit=None, npz_edit=None):
+    import hashlib
+    import io
+    import json
+
+    doc = json.loads((folder / "model.json").read_text())
+    if npz_edit is not None:
+        arrays = dict(np.load(folder / "model.npz"))
+        npz_edit(arrays)
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        (folder / "model.npz").write_bytes(buf.getvalue())
+        doc["npz_sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    if json_edit is not None:
+        json_edit(doc)
+    (folder / "model.json").write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("json_edit, npz_edit, match", [
+    (lambda d: d["params"].update(support_margin=-1), None, "support_margin"),
+    (lambda d: d["params"].update(variant="zz"), None, "variant"),
+    (lambda d: d["params"].update(foo=1), None, "foo"),
+    (lambda d: d.update(classes=[0]), None, "n_classes"),
+    (lambda d: d.update(n_features_in=3), None, "n_features_in"),
+    (lambda d: d.update(feature_names=["a"]), None, "feature names"),
+    (None, lambda a: a.__setitem__("tree_left", np.where(a["tree_left"] >= 0, 10**7, -1)), "child index"),
+    (None, lambda a: a.__setitem__("tree_feature", np.where(a["tree_feature"] >= 0, 99, -1)),
+     "split feature"),
+    (None, lambda a: a.__setitem__("tree_value", a["tree_value"] * np.nan), "class distribution"),
+    (None, lambda a: a.__setitem__("tree_trap", a["tree_trap"][:2]), "'trap'"),
+    (None, lambda a: a.pop("feature_range"), "feature_range"),
+])
+def test_load_rejects_hand_edited_models(tmp_path, wine, json_edit, npz_edit, match):
+    X, y = wine
+    FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
+    _rewrite(tmp_path, json_edit, npz_edit)
+    with pytest.raises(ValueError, match=match):
+        FERLClassifier.load(tmp_path)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", ""])
+def test_load_rejects_a_corrupted_json(tmp_path, wine, text):
+    X, y = wine
+    FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
+    (tmp_path / "model.json").write_text(text)
+    with pytest.raises(ValueError, match="model.json"):
+        FERLClassifier.load(tmp_path)
+
+
+def test_load_rejects_an_unreadable_npz_with_matching_checksum(tmp_path, wine):
+    import hashlib
+    import json
+
+    X, y = wine
+    FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
+    blob = (tmp_path / "model.npz").read_bytes()[:100]
+    (tmp_path / "model.npz").write_bytes(blob)
+    doc = json.loads((tmp_path / "model.json").read_text())
+    doc["npz_sha256"] = hashlib.sha256(blob).hexdigest()
+    (tmp_path / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="model.npz"):
+        FERLClassifier.load(tmp_path)
+
+
+def test_failed_save_leaves_the_previous_model_intact(tmp_path, wine):
+    X, y = wine
+    old = FERLClassifier(random_state=0).fit(X, y)
+    old.save(tmp_path)
+    dates = np.where(y == 0, np.datetime64("2020-01-01"), np.datetime64("2021-01-01"))
+    with pytest.raises(ValueError, match="cannot be saved as JSON"):
+        FERLClassifier(random_state=0).fit(X, dates).save(tmp_path)
+    np.testing.assert_array_equal(FERLClassifier.load(tmp_path).predict(X), old.predict(X))
