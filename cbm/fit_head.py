@@ -172,6 +172,9 @@ def fit_head(
         classes unseen in train outside an open-world run, an unknown head.
     """
     out = Path(out)
+    if not Path(concepts).is_dir():
+        raise FileNotFoundError(f"{concepts} is not a folder: give a run directory made by train-detector "
+                                "(holding concepts/{train,val,test}.npz) or a concepts/ folder")
     names = _resolve_heads(list(heads))
     metrics_path = out / "metrics.json"
     try:

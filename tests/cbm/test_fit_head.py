@@ -164,7 +164,7 @@ def test_cli_argument_errors(tmp_path):
         fit_head_main(["--concepts", str(tmp_path)])
     with pytest.raises(SystemExit, match="known heads"):
         fit_head_main(["--run", str(_write_tables(tmp_path / "run")), "--heads", "ferl-huge"])
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(SystemExit, match="nowhere is not a folder"):
         fit_head_main(["--run", str(tmp_path / "nowhere")])
 
 
