@@ -11,10 +11,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from ferl import certificate, persist
+from ferl import certificate
 from ferl._builder import GrowthSettings, grow_tree
+from ferl._model_files import load_classifier, save_classifier
 from ferl._partitions import fixed_partitions
-from ferl._tree import FuzzyTree
 from ferl.evidence import Evidence, combine
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, fit_free_gaussians
@@ -411,25 +411,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             The folder.
         """
         check_is_fitted(self, "tree_")
-        arrays = {f"tree_{k}": getattr(self.tree_, k) for k in FuzzyTree.SAVED_FIELDS}
-        arrays["feature_range"] = self.feature_range_
-        if self.partitions_ is not None:
-            arrays["partitions"] = self.partitions_
-        classes = self.classes_
-        meta = {
-            "estimator": "FERLClassifier",
-            "params": {k: v for k, v in self.get_params().items() if k != "random_state"},
-            "random_state": self.random_state if isinstance(self.random_state, Integral) else None,
-            "classes": classes.tolist(),
-            "classes_dtype": classes.dtype.str if classes.dtype != object else "str",
-            "feature_names": self.feature_names_,
-            "feature_names_in": (
-                [str(v) for v in self.feature_names_in_] if hasattr(self, "feature_names_in_") else None
-            ),
-            "n_features_in": int(self.n_features_in_),
-            "n_classes": len(classes),
-        }
-        return persist.write_model(path, meta, arrays)
+        return save_classifier(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FERLClassifier:
@@ -438,68 +420,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Raises
         ------
         FileNotFoundError, ValueError
-            Missing files, another schema version, or a corrupted ``.npz``.
+            Missing files, another schema version, or a corrupted or hand-edited file.
         """
-        meta, arrays = persist.read_model(path)
-        if meta.get("estimator") != "FERLClassifier":
-            raise ValueError(f"{path} does not hold a FERLClassifier")
-        needed = ["params", "random_state", "classes", "classes_dtype", "feature_names",
-                  "feature_names_in", "n_features_in", "n_classes"]
-        missing = [k for k in needed if k not in meta]
-        if missing:
-            raise ValueError(f"{path}: model.json lacks the fields {missing}")
-        try:
-            est = cls(**meta["params"], random_state=meta["random_state"])
-            est._validate_params()
-            est.classes_ = np.asarray(meta["classes"], dtype=None if meta["classes_dtype"] == "str"
-                                      else np.dtype(meta["classes_dtype"]))
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: invalid parameters or classes in model.json: {err}") from err
-        est.n_features_in_ = meta["n_features_in"]
-        if meta["feature_names_in"] is not None:
-            est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
-        est.feature_names_ = list(meta["feature_names"])
-        est.feature_range_ = arrays.get("feature_range")
-        est.partitions_ = arrays.get("partitions")
-        tree = FuzzyTree(n_classes=meta["n_classes"])
-        missing = [k for k in FuzzyTree.SAVED_FIELDS if f"tree_{k}" not in arrays]
-        if missing:
-            raise ValueError(f"{path} lacks the tree arrays {missing}; refit and save the model again")
-        for k in FuzzyTree.SAVED_FIELDS:
-            setattr(tree, k, arrays[f"tree_{k}"])
-        _check_loaded(path, est, tree, meta, arrays)
-        est.tree_ = tree
-        est.n_rules_ = int(tree.is_leaf.sum())
-        return est
-
-
-def _check_loaded(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> None:
-    """ValueError naming the first inconsistency of a loaded model (hand-edited or corrupted files).
-
-    The numba kernels index the node arrays without bounds checks, so the tree's structure is
-    checked before any inference: children after their parent and inside the tree, features
-    inside ``[0, n_features_in)``, shapes matching the node and class counts.
-    """
-    def fail(problem):
-        raise ValueError(f"{path}: corrupted model ({problem}); refit and save the model again")
-
-    d, n_classes = meta["n_features_in"], meta["n_classes"]
-    if not isinstance(d, int) or isinstance(d, bool) or d < 1:
-        fail(f"n_features_in is {d!r}")
-    if not isinstance(n_classes, int) or isinstance(n_classes, bool) or n_classes != len(est.classes_) \
-            or n_classes < 2 or est.classes_.ndim != 1:
-        fail(f"n_classes {n_classes!r} does not match the {len(est.classes_)} classes")
-    if len(est.feature_names_) != d or (meta["feature_names_in"] is not None
-                                        and len(meta["feature_names_in"]) != d):
-        fail(f"the feature names do not number n_features_in = {d}")
-    fr = est.feature_range_
-    if fr is None or fr.shape != (d, 2) or fr.dtype.kind != "f" or not np.isfinite(fr).all():
-        fail("feature_range is missing or is not a finite (n_features_in, 2) array")
-    if est.partitions_ is not None and (est.partitions_.shape[:1] != (d,) or est.partitions_.ndim != 3):
-        fail("partitions do not match n_features_in")
-    problem = tree.structure_problem(d)
-    if problem:
-        fail(problem)
+        return load_classifier(cls, path)
 
 
 def _seed_from(random_state) -> int | None:
