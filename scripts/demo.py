@@ -2,7 +2,7 @@
 
 Trains the concept detector (``train-detector``), fits the calibrated heads (``fit-head``), runs
 one fold of the open-world protocol (``evaluate-openworld``) and writes the report with example
-explanations (``cbm.report``): 2.5 to 10 minutes on 2 CPU cores (idle to busy). Running it again
+explanations (``cbm.report``): about a minute on 2 idle CPU cores, up to 10 when busy. Running it again
 starts a new run (the finished one stays in ``runs/demo.previous`` until the new one completes);
 an interrupted run is resumed. The steps and the re-run rules are in :mod:`cbm.demo`.
 

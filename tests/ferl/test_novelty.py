@@ -286,7 +286,7 @@ def test_geometric_ood_is_detected_by_firing_only_with_gates_on(name):
     root = default_data_root()
     path = root / f"{name}.dat" if root else None
     if path is None or not path.is_file():
-        pytest.skip(f"KEEL data set {path} not available")
+        pytest.skip(f"KEEL data set {name} not available (set FERL_DATA_ROOT)")
     ds = load_keel(path)
     X_tr, X_te, y_tr, y_te = train_test_split(ds.X, ds.y, test_size=0.3, stratify=ds.y, random_state=0)
     scaler = MinMaxScaler().fit(X_tr)
