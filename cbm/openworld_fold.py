@@ -48,7 +48,7 @@ from cbm.data import ConceptDataModule
 from cbm.data.folds import ClassFold
 from cbm.data.tables import SampleTable
 from cbm.heads import FERLHead, make_head
-from cbm.openworld_metrics import anomaly_ground_truth, ood_metrics, precision_at_k
+from cbm.openworld_metrics import anomaly_ground_truth, precision_at_k
 from cbm.train import train_detector
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS
@@ -212,7 +212,7 @@ class FoldEvaluation:
     Attributes
     ----------
     result : dict
-        JSON-able: ``ood`` (per score: :func:`ood_metrics`), ``heads`` (per FERL head: retained
+        JSON-able: ``ood`` (per score: :func:`ferl.metrics.ood_summary`), ``heads`` (per FERL head: retained
         accuracy, abstention, size, ``naming``: precision@k, the same with the held-out images'
         true concepts in place of the detector's (``true_concepts_precision@k``: detector errors
         removed) and ``chance`` = |truth| / concepts), ``examples``,
@@ -305,7 +305,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
         _record(steps, f"baseline_fit:{b}", y_train, fold.retained, fold)
         scores[b] = {p: det.score(X[p]) for p in ("val", "test", "novel")}
     _record(steps, "threshold", tables["val"].y, fold.retained, fold)
-    ood = {d: ood_metrics(s["val"], s["test"], s["novel"], settings.accept) for d, s in scores.items()}
+    ood = {d: M.ood_summary(s["val"], s["test"], s["novel"], settings.accept) for d, s in scores.items()}
     explained = []
     if examples:
         h0, kind0, novel = settings.heads[0], settings.ferl_kinds[0], tables["novel"]

@@ -12,9 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ferl import metrics as M
-
-__all__ = ["anomaly_ground_truth", "ood_metrics", "precision_at_k"]
+__all__ = ["anomaly_ground_truth", "precision_at_k"]
 
 
 def anomaly_ground_truth(
@@ -88,30 +86,3 @@ def precision_at_k(ranked: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(truth, ranked[:, :k], axis=1).mean(axis=1)
 
 
-def ood_metrics(scores_val: np.ndarray, scores_id: np.ndarray, scores_ood: np.ndarray,
-                accept: float = 0.95) -> dict[str, float]:
-    """Table 5's metrics of one score (OOD positive, scores grow with novelty; :mod:`ferl.metrics`).
-
-    Parameters
-    ----------
-    scores_val : ndarray of shape (n_val,)
-        Retained-class validation scores: the threshold accepts ``accept`` of them.
-    scores_id, scores_ood : ndarray of shape (n_id,) and (n_ood,)
-        Retained-class and held-out-class test scores.
-    accept : float
-
-    Returns
-    -------
-    dict
-        ``auroc``, ``aupr_out``, ``fpr95``, ``reject`` (held-out test inputs rejected),
-        ``accept_id`` (retained test inputs accepted), ``threshold``; rates are fractions.
-
-    Raises
-    ------
-    ValueError
-        Empty or non-finite scores.
-    """
-    t = M.fit_acceptance_threshold(scores_val, accept)
-    return {"auroc": M.ood_auroc(scores_id, scores_ood), "aupr_out": M.aupr_out(scores_id, scores_ood),
-            "fpr95": M.fpr_at_95_tpr(scores_id, scores_ood), "reject": M.rejection_rate(scores_ood, t),
-            "accept_id": 1.0 - M.rejection_rate(scores_id, t), "threshold": t}

@@ -34,6 +34,7 @@ __all__ = [
     "fpr_at_95_tpr",
     "mean_set_size",
     "ood_auroc",
+    "ood_summary",
     "rejection_rate",
     "risk_coverage_curve",
     "u65",
@@ -468,3 +469,32 @@ def rejection_rate(scores: np.ndarray, threshold: float) -> float:
     if not math.isfinite(threshold):
         raise ValueError(f"threshold must be finite, got {threshold}")
     return float(np.mean(s > threshold))
+
+
+def ood_summary(scores_val: np.ndarray, scores_id: np.ndarray, scores_ood: np.ndarray,
+                accept: float = 0.95) -> dict[str, float]:
+    """Table 5's metrics of one score (OOD positive, scores grow with novelty).
+
+    Parameters
+    ----------
+    scores_val : ndarray of shape (n_val,)
+        Retained-class validation scores: the threshold accepts ``accept`` of them.
+    scores_id, scores_ood : ndarray of shape (n_id,) and (n_ood,)
+        Retained-class and held-out-class test scores.
+    accept : float
+
+    Returns
+    -------
+    dict
+        ``auroc``, ``aupr_out``, ``fpr95``, ``reject`` (held-out test inputs rejected),
+        ``accept_id`` (retained test inputs accepted), ``threshold``; rates are fractions.
+
+    Raises
+    ------
+    ValueError
+        Empty or non-finite scores.
+    """
+    t = fit_acceptance_threshold(scores_val, accept)
+    return {"auroc": ood_auroc(scores_id, scores_ood), "aupr_out": aupr_out(scores_id, scores_ood),
+            "fpr95": fpr_at_95_tpr(scores_id, scores_ood), "reject": rejection_rate(scores_ood, t),
+            "accept_id": 1.0 - rejection_rate(scores_id, t), "threshold": t}

@@ -126,17 +126,6 @@ def holdout_classes(n_classes: int, max_classes: int | None, seed: int) -> list[
     return sorted(rng.choice(n_classes, size=max_classes, replace=False).tolist())
 
 
-def _ood_row(scores_val: np.ndarray, scores_id: np.ndarray, scores_ood: np.ndarray) -> dict:
-    threshold = M.fit_acceptance_threshold(scores_val, 0.95)
-    return {
-        "auroc": M.ood_auroc(scores_id, scores_ood),
-        "aupr_out": M.aupr_out(scores_id, scores_ood),
-        "fpr95": M.fpr_at_95_tpr(scores_id, scores_ood),
-        "reject": M.rejection_rate(scores_ood, threshold),
-        "accept_id": 1.0 - M.rejection_rate(scores_id, threshold),
-    }
-
-
 def run_leave_one_class_out(
     data: FoldData,
     ferl_models: dict,
@@ -179,7 +168,7 @@ def run_leave_one_class_out(
             continue
         for name, (_, build) in DETECTORS.items():
             det = build(seed).fit(X_fit, y_fit)
-            row = _ood_row(det.score(X_val), det.score(X_id), det.score(X_ood))
+            row = M.ood_summary(det.score(X_val), det.score(X_id), det.score(X_ood))
             rows.append({"holdout": held, "detector": name, **row})
         for method, estimator in ferl_models.items():
             model = clone(estimator).fit(X_fit, y_fit)
@@ -189,6 +178,6 @@ def run_leave_one_class_out(
                 except AttributeError:
                     skipped.add(f"{method}:{kind}")
                     continue
-                row = _ood_row(np.asarray(s_val), np.asarray(s_id), np.asarray(s_ood))
+                row = M.ood_summary(np.asarray(s_val), np.asarray(s_id), np.asarray(s_ood))
                 rows.append({"holdout": held, "detector": f"{method}:{kind}", **row})
     return rows, skipped
