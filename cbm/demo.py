@@ -101,7 +101,8 @@ TINY = DemoProfile(
     heads=("--config", "configs/head/default.yaml", "--heads", "ferl-medium,ferl-deep,lr"),
     openworld=("--config", "configs/demo/openworld.yaml", "--detector", json.dumps({
         "data": {"dataset": "synthetic", "image_size": 32, "batch_size": 32,
-                 "dataset_kwargs": {"n_per_class": 6, "n_classes": 10, "n_heldout": 0, "seed": 0}},
+                 "dataset_kwargs": {"n_per_class": 6, "n_classes": 10, "n_heldout": 0, "p_swap": 0.1,
+                                    "seed": 0}},
         "model": {"backbone": "resnet10t", "pretrained": False, "lr": 0.003},
         "monitor": "loss", "pos_weight": "none", "logger": "csv", "trainer": _TINY_TRAINER})),
 )

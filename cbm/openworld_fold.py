@@ -60,6 +60,8 @@ __all__ = [
     "RESULT_VERSION",
     "EvalSettings",
     "FoldEvaluation",
+    "KEEP_CHECKPOINTS",
+    "check_keep_checkpoints",
     "detector_parser",
     "evaluate_fold",
     "run_fold",
@@ -69,6 +71,8 @@ __all__ = [
 RESULT_VERSION = 2
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
+#: ``keep_checkpoints`` choices: which detector checkpoints a trained fold keeps.
+KEEP_CHECKPOINTS = ("all", "best", "none")
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ def detector_parser() -> ArgumentParser:
 
 
 def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: dict,
-                    overwrite: bool, steps: dict) -> dict:
+                    overwrite: bool, steps: dict, keep_checkpoints: str) -> dict:
     """Train the fold's detector (or reuse one trained with the same config); return its summary."""
     parser = detector_parser()
     cfg = parser.parse_object(det)
@@ -174,7 +178,30 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
         status = "trained"
     summary = json.loads(metrics_file.read_text())
     return {"status": status, "epochs": summary["epochs"], "fit_seconds": summary["fit_seconds"],
-            "max_epochs": cfg.trainer.max_epochs, "concept_metrics": summary["splits"]}
+            "max_epochs": cfg.trainer.max_epochs, "concept_metrics": summary["splits"],
+            "checkpoints": _prune_checkpoints(fold_dir, keep_checkpoints)}
+
+
+def check_keep_checkpoints(keep: str) -> None:
+    """Raise ValueError unless ``keep`` is one of :data:`KEEP_CHECKPOINTS`."""
+    if keep not in KEEP_CHECKPOINTS:
+        raise ValueError(f"keep_checkpoints must be one of {list(KEEP_CHECKPOINTS)}, got {keep!r}")
+
+
+def _prune_checkpoints(fold_dir: Path, keep: str) -> list[str]:
+    """Delete the fold detector's checkpoints that ``keep`` does not name; return what was kept.
+
+    Runs after the fold's concept tables are exported: the evaluation (and a later re-evaluation
+    of the fold) reads only those tables, so ``none`` loses nothing the protocol needs.
+    """
+    ckpt_dir = fold_dir / "detector" / "checkpoints"
+    kept = []
+    for ckpt in sorted(ckpt_dir.glob("*.ckpt")):
+        if keep == "all" or (keep == "best" and ckpt.stem == "best"):
+            kept.append(ckpt.name)
+        else:
+            ckpt.unlink()
+    return kept
 
 
 def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], truth: dict,
@@ -326,7 +353,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
 
 
 def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.PathLike, detector: dict,
-             settings: EvalSettings, *, overwrite: bool = False, examples: bool = True) -> dict:
+             settings: EvalSettings, *, overwrite: bool = False, examples: bool = True,
+             keep_checkpoints: str = "all") -> dict:
     """Run one (seed, fold) of the protocol: train (or reuse) the fold's detector, then
     :func:`evaluate_fold`; write ``calibration.json``, ``scores.npz`` and ``result.json`` there.
 
@@ -347,6 +375,9 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
         Retrain and re-evaluate even if results exist.
     examples : bool
         Explain ``settings.examples_per_fold`` held-out images.
+    keep_checkpoints : {"all", "best", "none"}
+        Detector checkpoints kept once the fold's concept tables are exported (a fold's two
+        checkpoints take about 120 MB for the synthetic resnet10t, far more for a ResNet-50).
 
     Returns
     -------
@@ -358,8 +389,10 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
     Raises
     ------
     ValueError
-        A held-out class reached a fitting step, or a fold directory trained with another config.
+        A held-out class reached a fitting step, a fold directory trained with another config, or
+        an unknown ``keep_checkpoints``.
     """
+    check_keep_checkpoints(keep_checkpoints)
     fold_dir = Path(fold_dir)
     result_file = fold_dir / "result.json"
     wanted = {"result_version": RESULT_VERSION, "settings": settings.to_dict(), "detector_config": detector}
@@ -369,7 +402,7 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
             return {**done, "status": "done"}
     start = time.perf_counter()
     steps: dict = {}
-    det_info = _train_or_reuse(table, fold, fold_dir, detector, overwrite, steps)
+    det_info = _train_or_reuse(table, fold, fold_dir, detector, overwrite, steps, keep_checkpoints)
     tables = load_concept_tables(fold_dir, splits=PARTS)
     ev = evaluate_fold(tables, table.class_concepts, fold, seed, settings, examples=examples)
     ev.calibrator.save(fold_dir / "calibration.json")

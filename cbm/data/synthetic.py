@@ -24,6 +24,9 @@ __all__ = ["SyntheticTable", "make_synthetic", "write_synthetic", "load_syntheti
 #: Version of the on-disk layout written by `write_synthetic`.
 FORMAT_VERSION = 1
 
+_GROUP_SIZES = [len(v) for v in GROUPS.values()]
+
+
 class SyntheticTable(ArrayImageTable):
     """In-memory synthetic images; ``world`` holds the class profiles.
 
@@ -73,6 +76,13 @@ def _attach(table: SampleTable, world: SyntheticWorld) -> None:
     }
 
 
+def _swap(profile: np.ndarray, rng: np.random.Generator, p_swap: float) -> None:
+    """Give each group of ``profile`` (in place) another uniform value with probability ``p_swap``."""
+    for g, k in enumerate(_GROUP_SIZES):
+        if rng.random() < p_swap:
+            profile[g] = (profile[g] + rng.integers(1, k)) % k
+
+
 def make_synthetic(
     n_per_class: int = 120,
     *,
@@ -84,6 +94,7 @@ def make_synthetic(
     fractions: Sequence[float] = (0.6, 0.2, 0.2),
     p_variation: float = 0.15,
     min_distance: int = 3,
+    p_swap: float = 0.0,
     folder: str | os.PathLike | None = None,
 ) -> SyntheticTable:
     """Generate the synthetic concept world in memory (and optionally write it to a folder).
@@ -105,6 +116,12 @@ def make_synthetic(
         Per-class train/val/test fractions of the seen classes' images.
     p_variation, min_distance
         See :func:`make_world`.
+    p_swap : float in [0, 0.5)
+        Per-image attribute noise of the seen classes: each group of an image independently
+        shows another value, drawn uniformly, with this probability (its concept labels follow
+        the image). Values above 0 break the perfect co-occurrence of concepts within a class,
+        so a detector must recognise each concept rather than the class, which open-world runs
+        (held-out classes are new concept combinations) need. Held-out classes never swap.
     folder : path-like, optional
         Also write the images and labels there (see :func:`write_synthetic`).
 
@@ -116,6 +133,8 @@ def make_synthetic(
         raise ValueError("n_per_class must be >= 1")
     if image_size < 32:
         raise ValueError("image_size must be >= 32")
+    if not 0.0 <= p_swap < 0.5:
+        raise ValueError(f"p_swap must be in [0, 0.5), got {p_swap}")
     world = make_world(n_classes, n_heldout, seed, p_variation, min_distance)
     n_novel = max(1, n_per_class // 2) if n_per_heldout_class is None else n_per_heldout_class
     counts = [n_per_class] * world.n_seen + [n_novel] * world.n_heldout
@@ -132,6 +151,8 @@ def make_synthetic(
             p = world.profiles[c].copy()
             if rng.random() < p_var:
                 p[world.variable_group[c]] = world.variable_value[c]
+            if p_swap > 0.0 and c < world.n_seen:
+                _swap(p, rng, p_swap)
             prof[i] = p
             images[i] = render(p, rng, image_size)
             sample_ids.append(f"{world.class_names[c]}/{j:05d}")
@@ -156,6 +177,7 @@ def make_synthetic(
             "n_per_heldout_class": n_novel,
             "image_size": image_size,
             "fractions": list(fractions),
+            "p_swap": p_swap,
             "heldout": _heldout_info(world),
         },
         images=images,

@@ -20,6 +20,9 @@ profile (one value per group), like a bird species. Seen classes are at least
 ``min_distance`` groups apart; each has one *variable group* whose value changes to a class
 specific alternative in a fraction ``p_variation`` of its images (per-image concept labels
 follow the image), and every image varies in position, size, hue and texture phase.
+:func:`cbm.data.synthetic.make_synthetic` can add per-image attribute noise (``p_swap``: any group
+of a seen-class image shows another value), which breaks the co-occurrence of a class's concepts
+so that a detector has to learn concepts rather than classes.
 
 Held-out ("novel") classes differ from their nearest seen class in 1-3 groups (cycling 1, 2, 3
 where the world leaves room) and are farther from every other seen class; the binary concepts

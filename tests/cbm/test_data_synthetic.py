@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cbm.data import load_synthetic, make_synthetic, make_world
-from cbm.data.synthetic_world import GROUPS, render
+from cbm.data.synthetic_world import GROUPS
 
 
 @pytest.fixture(scope="module")
@@ -95,16 +94,31 @@ def test_within_class_variability(small):
     assert len(np.unique(t.images[t.y == 0].reshape(12, -1), axis=0)) == 12
 
 
-def test_render_speed_one_core():
-    rng = np.random.default_rng(0)
-    w = make_world()
-    profs = w.profiles[rng.integers(0, len(w.profiles), 400)]
-    render(profs[0], rng)
-    start = time.perf_counter()
-    for p in profs:
-        render(p, rng)
-    rate = len(profs) / (time.perf_counter() - start)
-    assert rate >= 1000, f"{rate:.0f} images/s"
+def test_per_image_attribute_swaps_follow_the_image():
+    """``p_swap``: each group of a seen-class image shows another value with that probability;
+    labels stay one-hot per group and follow the pixels; held-out classes never swap; 0 is the
+    default world, image for image."""
+    t = make_synthetic(n_per_class=40, n_heldout=3, seed=1, p_swap=0.2)
+    seen = t.y < t.world.n_seen
+    groups = list(t.concept_groups.values())
+    for idx in groups:
+        assert (t.concepts[:, idx].sum(1) == 1).all()
+    differs = np.stack([(t.concepts[:, idx] != t.class_concepts[t.y][:, idx]).any(1) for idx in groups], 1)
+    # a group differs by a swap (0.2) or, for the class's variable group, by its variation (0.15 / 7)
+    rate = differs[seen].mean()
+    assert 0.18 < rate < 0.26, rate
+    assert not differs[~seen].any()
+    assert t.info["p_swap"] == 0.2
+    dark, light = t.concept_names.index("background::dark"), t.concept_names.index("background::light")
+    corners = t.images[:, :3, :3].reshape(len(t), -1).mean(1)
+    assert (corners[t.concepts[:, dark] == 1] < 60).all() and (corners[t.concepts[:, light] == 1] > 190).all()
+    swapped_bg = seen & differs[:, list(t.concept_groups).index("background")]
+    assert swapped_bg.sum() > 50  # the pixel check above covers many swapped backgrounds
+    plain, zero = make_synthetic(n_per_class=4, seed=1), make_synthetic(n_per_class=4, seed=1, p_swap=0.0)
+    np.testing.assert_array_equal(plain.images, zero.images)
+    for bad in (-0.1, 0.5):
+        with pytest.raises(ValueError, match="p_swap"):
+            make_synthetic(n_per_class=2, p_swap=bad)
 
 
 def test_folder_round_trip(tmp_path: Path):
