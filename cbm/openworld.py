@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from jsonargparse import ActionConfigFile, ArgumentParser
 
@@ -158,8 +158,6 @@ def run_openworld(
     bad = [f for f in chosen if not 0 <= f < len(all_folds)]
     if bad or not chosen:
         raise ValueError(f"folds {bad or 'none'} out of range 0..{len(all_folds) - 1}")
-    if config_text is not None:
-        atomic_write_text(out / "config.yaml", config_text)
 
     results = []
     for s in seeds:
@@ -185,6 +183,8 @@ def run_openworld(
         "wall_seconds": round(time.perf_counter() - start, 1),
     }
     files = write_report(out, results, record)
+    if config_text is not None:  # only once every fold has accepted this configuration
+        files["config"] = atomic_write_text(out / "config.yaml", config_text)
     files["run"] = atomic_write_text(out / "run.json", json.dumps(record, indent=1) + "\n")
     files["folds"] = folds_file
     return {"results": results, "files": files, "record": record}
@@ -221,7 +221,7 @@ def openworld_parser() -> ArgumentParser:
     p.add_argument("--detector-epochs", type=int | None, default=None, help="override trainer.max_epochs")
     p.add_argument("--data-root", type=str | None, default=None, help="override data.data_root")
     p.add_argument("--overwrite", action="store_true", help="recompute finished folds")
-    p.add_argument("--keep-checkpoints", type=str, default="none",
+    p.add_argument("--keep-checkpoints", type=Literal["none", "best", "all"], default="none",
                    help="detector checkpoints each trained fold keeps: none | best | all "
                         "(the protocol reads only the exported concept tables)")
     return p

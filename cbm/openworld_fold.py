@@ -48,7 +48,7 @@ from cbm.data import ConceptDataModule
 from cbm.data.folds import ClassFold
 from cbm.data.tables import SampleTable
 from cbm.heads import FERLHead, make_head
-from cbm.openworld_metrics import anomaly_ground_truth, precision_at_k
+from cbm.openworld_metrics import anomaly_ground_truth, image_anomaly_ground_truth, precision_at_k
 from cbm.train import train_detector
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
-RESULT_VERSION = 2
+RESULT_VERSION = 3
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 #: ``keep_checkpoints`` choices: which detector checkpoints a trained fold keeps.
@@ -189,10 +189,11 @@ def check_keep_checkpoints(keep: str) -> None:
 
 
 def _prune_checkpoints(fold_dir: Path, keep: str) -> list[str]:
-    """Delete the fold detector's checkpoints that ``keep`` does not name; return what was kept.
+    """Delete the fold detector's checkpoints that ``keep`` does not name; return what is left.
 
     Runs after the fold's concept tables are exported: the evaluation (and a later re-evaluation
-    of the fold) reads only those tables, so ``none`` loses nothing the protocol needs.
+    of the fold) reads only those tables, so ``none`` loses nothing the protocol needs. A deleted
+    best checkpoint is marked in ``detector/metrics.json`` (``best_checkpoint: null``).
     """
     ckpt_dir = fold_dir / "detector" / "checkpoints"
     kept = []
@@ -201,6 +202,12 @@ def _prune_checkpoints(fold_dir: Path, keep: str) -> list[str]:
             kept.append(ckpt.name)
         else:
             ckpt.unlink()
+    metrics_file = fold_dir / "detector" / "metrics.json"
+    summary = json.loads(metrics_file.read_text()) if metrics_file.is_file() else None
+    best = summary.get("best_checkpoint") if summary else None
+    if best and Path(best).name not in kept:
+        summary["best_checkpoint"] = None
+        atomic_write_text(metrics_file, json.dumps(summary, indent=2) + "\n")
     return kept
 
 
@@ -242,7 +249,9 @@ class FoldEvaluation:
         JSON-able: ``ood`` (per score: :func:`ferl.metrics.ood_summary`), ``heads`` (per FERL head: retained
         accuracy, abstention, size, ``naming``: precision@k, the same with the held-out images'
         true concepts in place of the detector's (``true_concepts_precision@k``: detector errors
-        removed) and ``chance`` = |truth| / concepts), ``examples``,
+        removed), ``chance`` = |truth| / concepts, and ``image_precision@k`` / ``image_chance``
+        against each image's own concepts (:func:`~cbm.openworld_metrics.image_anomaly_ground_truth`)),
+        ``examples``,
         ``ground_truth`` and ``steps`` (classes used by every step).
     scores : dict
         Score name -> part (``val`` / ``test`` / ``novel``) -> ndarray of shape (n_part,).
@@ -261,7 +270,7 @@ def _ranked(head: FERLHead, X: np.ndarray, k: int) -> np.ndarray:
 
 
 def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], label_of: np.ndarray,
-                  gt: np.ndarray, top_k: Sequence[int]) -> dict:
+                  gt: np.ndarray, gt_image: np.ndarray, top_k: Sequence[int]) -> dict:
     sets = {p: head.predict_set(X[p]) for p in ("test", "novel")}
     ranked = _ranked(head, X["novel"], max(top_k))
     # the same FERL head given the true concepts of the held-out images: detector errors removed
@@ -274,7 +283,9 @@ def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], l
         "size": head.size(),
         "naming": {f"precision@{k}": float(precision_at_k(ranked, gt, k).mean()) for k in top_k}
         | {f"true_concepts_precision@{k}": float(precision_at_k(oracle, gt, k).mean()) for k in top_k}
-        | {"chance": float(gt.mean()), "mean_truth_size": float(gt.sum(axis=1).mean())},
+        | {f"image_precision@{k}": float(precision_at_k(ranked, gt_image, k).mean()) for k in top_k}
+        | {"chance": float(gt.mean()), "mean_truth_size": float(gt.sum(axis=1).mean()),
+           "image_chance": float(gt_image.mean())},
     }
 
 
@@ -318,6 +329,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     y_train, label_of = tables["train"].y, np.asarray(names)
     truth = anomaly_ground_truth(class_concepts, fold.held_out, fold.retained)
     gt = np.stack([truth[c][1] for c in tables["novel"].y])
+    gt_image = image_anomaly_ground_truth(tables["novel"].concept_labels, class_concepts, fold.retained)
     k_max = max(settings.top_k)
     scores: dict[str, dict[str, np.ndarray]] = {}
     heads_out, fitted = {}, {}
@@ -326,7 +338,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
         _record(steps, f"head_fit:{h}", y_train, fold.retained, fold)
         for kind in settings.ferl_kinds:
             scores[f"{h}:{kind}"] = {p: head.model_.ood_score(X[p], kind) for p in ("val", "test", "novel")}
-        heads_out[h] = _head_summary(head, X, tables, label_of, gt, settings.top_k)
+        heads_out[h] = _head_summary(head, X, tables, label_of, gt, gt_image, settings.top_k)
     for b in settings.baselines:
         det = DETECTORS[b][1](seed).fit(X["train"], y_train)
         _record(steps, f"baseline_fit:{b}", y_train, fold.retained, fold)
@@ -354,7 +366,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
 
 def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.PathLike, detector: dict,
              settings: EvalSettings, *, overwrite: bool = False, examples: bool = True,
-             keep_checkpoints: str = "all") -> dict:
+             keep_checkpoints: str = "none") -> dict:
     """Run one (seed, fold) of the protocol: train (or reuse) the fold's detector, then
     :func:`evaluate_fold`; write ``calibration.json``, ``scores.npz`` and ``result.json`` there.
 
@@ -375,9 +387,12 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
         Retrain and re-evaluate even if results exist.
     examples : bool
         Explain ``settings.examples_per_fold`` held-out images.
-    keep_checkpoints : {"all", "best", "none"}
+    keep_checkpoints : {"none", "best", "all"}
         Detector checkpoints kept once the fold's concept tables are exported (a fold's two
-        checkpoints take about 120 MB for the synthetic resnet10t, far more for a ResNet-50).
+        checkpoints take about 120 MB for the synthetic resnet10t, far more for a ResNet-50);
+        also applied to a finished fold that is read back. What is left is recorded in
+        ``detector.checkpoints``; deleted checkpoints cannot come back (retrain with
+        ``overwrite``).
 
     Returns
     -------
@@ -399,6 +414,7 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
     if not overwrite and result_file.is_file():
         done = json.loads(result_file.read_text())
         if all(done.get(k) == v for k, v in wanted.items()):
+            done["detector"]["checkpoints"] = _prune_checkpoints(fold_dir, keep_checkpoints)
             return {**done, "status": "done"}
     start = time.perf_counter()
     steps: dict = {}

@@ -4,6 +4,11 @@ which a held-out class differs from its nearest retained class).
 
 OOD is the positive class and scores grow with novelty (the conventions of :mod:`ferl.metrics`,
 which computes every number here).
+
+Two ground truths: :func:`anomaly_ground_truth` compares class profiles (the issue's definition,
+the only one for class-level concept labels such as AwA2's), :func:`image_anomaly_ground_truth`
+compares each image's own concept labels with the retained class profiles (it differs where images
+deviate from their class profile, as in the synthetic world with ``p_swap > 0``).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["anomaly_ground_truth", "precision_at_k"]
+__all__ = ["anomaly_ground_truth", "image_anomaly_ground_truth", "precision_at_k"]
 
 
 def anomaly_ground_truth(
@@ -55,6 +60,46 @@ def anomaly_ground_truth(
         near = dist == dist.min()
         out[h] = (kept[near].tolist(), diff[near].any(axis=0))
     return out
+
+
+def image_anomaly_ground_truth(concepts: np.ndarray, class_concepts: np.ndarray,
+                               retained: Sequence[int]) -> np.ndarray:
+    """Concepts in which each image differs from its nearest retained class profile.
+
+    The nearest retained classes of an image are those whose binary profile is at the smallest
+    Hamming distance from the image's own concept labels; with ties, a concept counts when it
+    differs from any of them.
+
+    Parameters
+    ----------
+    concepts : ndarray of shape (n, n_concepts), {0, 1}
+        Per-image concept labels of the held-out images.
+    class_concepts : ndarray of shape (n_classes, n_concepts), {0, 1}
+    retained : sequence of int
+        Retained class indices (non-empty).
+
+    Returns
+    -------
+    ndarray of shape (n, n_concepts), bool
+
+    Raises
+    ------
+    ValueError
+        Non-binary inputs, mismatched concept counts, empty or out-of-range ``retained``.
+    """
+    x, cc = np.asarray(concepts), np.asarray(class_concepts)
+    if x.ndim != 2 or cc.ndim != 2 or x.shape[1] != cc.shape[1]:
+        raise ValueError(f"concepts (n, c) and class_concepts (n_classes, c) must share c, got {x.shape}, "
+                         f"{cc.shape}")
+    if not (np.isin(x, (0, 1)).all() and np.isin(cc, (0, 1)).all()):
+        raise ValueError("concepts and class_concepts must be binary")
+    kept = np.asarray(retained, dtype=np.int64)
+    if not kept.size or kept.min() < 0 or kept.max() >= len(cc):
+        raise ValueError(f"retained must be non-empty class indices in 0..{len(cc) - 1}")
+    diff = x.astype(bool)[:, None, :] != cc[kept].astype(bool)[None, :, :]
+    dist = diff.sum(axis=2)
+    near = dist == dist.min(axis=1, keepdims=True)
+    return (diff & near[:, :, None]).any(axis=1)
 
 
 def precision_at_k(ranked: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:

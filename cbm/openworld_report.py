@@ -146,6 +146,9 @@ def heads_markdown(summary: pd.DataFrame, top_k: Sequence[int]) -> str:
                 row[label.format(k=k)] = _cell(*lookup.loc[(h, f"{prefix}@{k}"), ["mean", "std"]])
         row["chance"] = f"{100 * lookup.loc[(h, 'chance'), 'mean']:.1f}"
         row["|truth|"] = f"{lookup.loc[(h, 'mean_truth_size'), 'mean']:.2f}"
+        for k in top_k:
+            row[f"p@{k} image truth"] = _cell(*lookup.loc[(h, f"image_precision@{k}"), ["mean", "std"]])
+        row["image chance"] = f"{100 * lookup.loc[(h, 'image_chance'), 'mean']:.1f}"
         for m, header in (("accuracy", "retained acc."), ("abstain_test", "abstain retained"),
                           ("abstain_novel", "abstain held-out")):
             row[header] = _cell(*lookup.loc[(h, m), ["mean", "std"]])
@@ -288,6 +291,9 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
              "of class profiles; ties: any nearest class). 'true concepts': the same FERL head given the "
              "held-out images' true concept labels instead of the detector's outputs (detector errors "
              "removed). chance: the expected precision of a random ranking (|truth| / concepts). "
+             "'image truth': the concepts where each held-out image's own concept labels differ from "
+             "its nearest retained class profile (differs from the class-level truth where images "
+             "deviate from their class profile). "
              "Accuracy and abstention (all-class credal set) on retained test images and abstention on "
              "held-out ones.", "",
              heads_markdown(head_sum, record["settings"]["top_k"]),

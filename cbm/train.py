@@ -33,6 +33,7 @@ import torch
 from lightning.pytorch import Callback, LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, RandomSampler
 
 from cbm.concepts_io import check_concept_names, checkpoint_concept_names, save_concept_table
@@ -207,7 +208,8 @@ def _export_loaders(datamodule: LightningDataModule, splits: Sequence[str]) -> d
     for split in splits:
         loader = datamodule.eval_dataloader(split)
         if len(loader.dataset) == 0:
-            raise ValueError(f"split {split!r} has no samples: remove it from export_splits")
+            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give "
+                             "each class more samples (a per-class split of very few samples can be empty)")
         loaders[split] = loader
     return loaders
 
@@ -272,6 +274,9 @@ def train_detector(
         difference is listed).
     FileNotFoundError
         A named checkpoint or requested pretrained weights are absent.
+    SystemExit
+        The process received SIGTERM during training (a non-zero exit with a message, not
+        Lightning's silent exit status 0).
     FloatingPointError
         The training loss became NaN or infinite.
     """
@@ -327,7 +332,11 @@ def train_detector(
         atomic_write_text(run_dir / "environment.json", json.dumps(env, indent=2) + "\n")
 
     start = time.perf_counter()
-    pl_trainer.fit(detector, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
+    try:
+        pl_trainer.fit(detector, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
+    except SIGTERMException as err:  # Lightning's is a SystemExit with code None: exit status 0
+        raise SystemExit(f"training interrupted by SIGTERM in epoch {pl_trainer.current_epoch}; "
+                         f"checkpoints of finished epochs are in {ckpt_dir}") from err
     fit_seconds = time.perf_counter() - start
     best = Path(ckpt_cb.best_model_path) if ckpt_cb.best_model_path else None
     last = Path(last_cb.best_model_path) if last_cb.best_model_path else None

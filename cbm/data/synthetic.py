@@ -133,6 +133,9 @@ def make_synthetic(
         raise ValueError("n_per_class must be >= 1")
     if image_size < 32:
         raise ValueError("image_size must be >= 32")
+    if isinstance(p_swap, bool) or not isinstance(p_swap, int | float | np.integer | np.floating):
+        raise TypeError(f"p_swap must be a number in [0, 0.5), got {type(p_swap).__name__} {p_swap!r}")
+    p_swap = float(p_swap)
     if not 0.0 <= p_swap < 0.5:
         raise ValueError(f"p_swap must be in [0, 0.5), got {p_swap}")
     world = make_world(n_classes, n_heldout, seed, p_variation, min_distance)
@@ -196,11 +199,24 @@ SYNTHETIC_LAYOUT = """\
 
 
 def write_synthetic(table: SampleTable, folder: str | os.PathLike) -> Path:
-    """Write a synthetic table to ``folder`` (PNG images + ``samples.csv`` + ``world.json``)."""
+    """Write a synthetic table to ``folder`` (PNG images + ``samples.csv`` + ``world.json``).
+
+    ``world.json`` is removed first and written last (atomically), so a write that fails or is
+    interrupted leaves a folder that :func:`load_synthetic` refuses rather than a mix of two worlds.
+    """
     world: SyntheticWorld | None = getattr(table, "world", None)
     if world is None:
         raise ValueError("write_synthetic needs a table made by make_synthetic")
     out = Path(folder)
+    meta = json.dumps({
+        "format_version": FORMAT_VERSION,
+        "world": world.to_dict(),
+        "class_names": table.class_names,
+        "concept_names": table.concept_names,
+        "info": table.info,
+    }, indent=1)
+    # world.json goes last: a folder whose write was interrupted has none and does not load
+    (out / "world.json").unlink(missing_ok=True)
     (out / "images").mkdir(parents=True, exist_ok=True)
     rows = []
     for i in range(len(table)):
@@ -217,15 +233,8 @@ def write_synthetic(table: SampleTable, folder: str | os.PathLike) -> Path:
         w.writerow(["sample_id", "path", "class_index", "split", *table.concept_names])
         w.writerows(rows)
     os.replace(tmp, out / "samples.csv")
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "world": world.to_dict(),
-        "class_names": table.class_names,
-        "concept_names": table.concept_names,
-        "info": table.info,
-    }
     tmp = out / "world.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    tmp.write_text(meta, encoding="utf-8")
     os.replace(tmp, out / "world.json")
     return out
 

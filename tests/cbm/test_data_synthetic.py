@@ -6,8 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from cbm.data import load_synthetic, make_synthetic, make_world
+from cbm.data.common import DatasetLayoutError
+from cbm.data.synthetic import write_synthetic
 from cbm.data.synthetic_world import GROUPS
 
 
@@ -116,9 +119,34 @@ def test_per_image_attribute_swaps_follow_the_image():
     assert swapped_bg.sum() > 50  # the pixel check above covers many swapped backgrounds
     plain, zero = make_synthetic(n_per_class=4, seed=1), make_synthetic(n_per_class=4, seed=1, p_swap=0.0)
     np.testing.assert_array_equal(plain.images, zero.images)
-    for bad in (-0.1, 0.5):
+    for bad in (-0.1, 0.5, float("nan")):
         with pytest.raises(ValueError, match="p_swap"):
             make_synthetic(n_per_class=2, p_swap=bad)
+    for bad in ("0.1", None, True, [0.1]):
+        with pytest.raises(TypeError, match="p_swap"):
+            make_synthetic(n_per_class=2, p_swap=bad)
+    assert type(make_synthetic(n_per_class=1, p_swap=np.float32(0.1)).info["p_swap"]) is float
+
+
+def test_interrupted_folder_write_does_not_load(tmp_path: Path, monkeypatch):
+    """Rewriting a folder removes world.json first and writes it last: a write that fails midway
+    leaves a folder that refuses to load instead of old metadata over new images."""
+    make_synthetic(n_per_class=2, n_classes=20, n_heldout=1, seed=0, folder=tmp_path / "syn")
+    table = make_synthetic(n_per_class=2, n_classes=20, n_heldout=1, seed=1, p_swap=0.3)
+    calls = {"n": 0}
+    save = Image.Image.save
+
+    def failing_save(img, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > 5:
+            raise OSError("disk full")
+        return save(img, *args, **kwargs)
+
+    monkeypatch.setattr(Image.Image, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        write_synthetic(table, tmp_path / "syn")
+    with pytest.raises(DatasetLayoutError, match="world.json"):
+        load_synthetic(tmp_path / "syn")
 
 
 def test_folder_round_trip(tmp_path: Path):

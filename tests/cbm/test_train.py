@@ -10,6 +10,7 @@ import timm
 import torch
 import yaml
 from lightning.pytorch import Callback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from cbm.cli import train_detector_main
 from cbm.concepts_io import check_table_matches_checkpoint, load_concept_tables
@@ -100,6 +101,21 @@ def test_resume_after_kill_equals_uninterrupted_run(tmp_path):
     check_table_matches_checkpoint(table, resumed.best_checkpoint)
     np.testing.assert_array_equal(
         table.probs, load_concept_tables(tmp_path / "full", splits=("test",))["test"].probs)
+
+
+class _Sigterm(Callback):
+    """Lightning's reaction to SIGTERM: its loops raise SIGTERMException, a SystemExit of code None."""
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        raise SIGTERMException()
+
+
+def test_sigterm_during_training_exits_non_zero_with_a_message(tmp_path):
+    with pytest.raises(SystemExit) as info:
+        train_detector(_synthetic(), run_dir=tmp_path / "run", model={"backbone": TINY},
+                       trainer=_trainer(max_epochs=3), export_splits=["test"], callbacks=[_Sigterm()])
+    assert isinstance(info.value.code, str) and "interrupted by SIGTERM" in info.value.code  # exit status 1
+    assert str(tmp_path / "run" / "detector" / "checkpoints") in info.value.code
 
 
 def test_resume_from_checkpoint_with_other_concepts_is_refused(tmp_path):
