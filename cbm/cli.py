@@ -16,7 +16,7 @@ from lightning.pytorch import Trainer
 
 from cbm.data import ConceptDataModule
 from cbm.detector import ConceptDetector
-from cbm.train import train_detector
+from cbm.train import quiet_library_noise, train_detector
 
 __all__ = ["detector_parser", "train_detector_main"]
 
@@ -68,6 +68,7 @@ def train_detector_main(argv: Sequence[str] | None = None) -> None:
     """
     parser = detector_parser()
     cfg = parser.parse_args(argv)
+    quiet_library_noise()
     try:
         run = train_detector(
             ConceptDataModule(**cfg.data.as_dict()),

@@ -225,6 +225,7 @@ def fit_head(
         "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),
         "paper_dataset": _paper_dataset(dataset, data_cfg, len(class_names)),
         "open_world": bool(open_world), "n_concepts": len(concept_names), "n_classes": len(class_names),
+        "n_train_classes": len(set(train.y.tolist())),
         "n": {**{s: t.n_samples for s, t in tables.items()}, "test_unseen_class_rows": int((~seen).sum())},
         "calibration": {**_calibration_summary(tables, inputs["calibrated"]),
                         "map_kinds": dict(Counter(calibrator.kinds_))},

@@ -32,6 +32,7 @@ from cbm.data import ConceptDataModule, load_folds
 from cbm.data.tables import SampleTable
 from cbm.openworld_fold import PARTS, EvalSettings, check_keep_checkpoints, detector_parser, run_fold
 from cbm.openworld_report import FOLD_DIR, PAPER_TABLE5, write_report
+from cbm.train import quiet_library_noise
 from ferl.benchmarks.ood import DETECTORS
 from ferl.persist import atomic_write_text
 
@@ -168,7 +169,10 @@ def run_openworld(
             log.info("open-world: seed %s, fold %s (held out %s)", s, f, all_folds[f].held_out)
             res = run_fold(table, all_folds[f], int(s), det["run_dir"], det, settings, overwrite=overwrite,
                            examples=s == seeds[0], keep_checkpoints=keep_checkpoints)
-            log.info("open-world: seed %s, fold %s %s in %.0f s", s, f, res["status"], res["seconds"])
+            if res["status"] == "done":
+                log.info("open-world: seed %s, fold %s read back (evaluated earlier)", s, f)
+            else:
+                log.info("open-world: seed %s, fold %s %s in %.0f s", s, f, res["status"], res["seconds"])
             results.append(res)
     record = {
         "name": name, "command": sys.argv, "out": str(out), "seeds": [int(s) for s in seeds],
@@ -216,7 +220,8 @@ def openworld_parser() -> ArgumentParser:
                    help="retained val fraction each threshold accepts")
     p.add_argument("--top-k", type=int, nargs="+", default=list(EvalSettings.top_k),
                    help="attribute-naming precision@k")
-    p.add_argument("--examples-per-fold", type=int, default=EvalSettings.examples_per_fold)
+    p.add_argument("--examples-per-fold", type=int, default=EvalSettings.examples_per_fold,
+                   help="held-out images explained per fold in examples.md (first seed only)")
     p.add_argument("--paper", type=str, default="auto", help="auto | awa2 | cub200 | none")
     p.add_argument("--detector-epochs", type=int | None, default=None, help="override trainer.max_epochs")
     p.add_argument("--data-root", type=str | None, default=None, help="override data.data_root")
@@ -234,6 +239,7 @@ def evaluate_openworld_main(argv: Sequence[str] | None = None) -> None:
     if not cfg.detector:
         raise ValueError("no detector configuration: give --config with a 'detector:' section")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    quiet_library_noise()
     settings = EvalSettings(heads=tuple(cfg.heads), ferl_kinds=tuple(cfg.ferl_kinds),
                             baselines=tuple(cfg.baselines), accept=cfg.accept, top_k=tuple(cfg.top_k),
                             examples_per_fold=cfg.examples_per_fold)

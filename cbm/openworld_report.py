@@ -207,15 +207,23 @@ def roc_png(out: Path, results: Sequence[dict], detectors: Sequence[str]) -> byt
     ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls=":")
     ax.set(xlabel="false-positive rate (retained classes flagged)",
            ylabel="true-positive rate (held-out classes flagged)", xlim=(0, 1), ylim=(0, 1.01),
-           title=f"Held-out classes, {len(results)} fold runs")
+           title=f"Held-out classes ({len(results)} fold run{'s' if len(results) != 1 else ''})")
     ax.legend(loc="lower right", fontsize=8)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     return buf.getvalue()
 
 
+#: How each fold status reads in the report.
+STATUS_WORDS = {"trained": "trained a detector", "reused": "re-evaluated with an earlier detector",
+                "done": "read back from an earlier run"}
+
+
 def _done_text(record: dict, results: Sequence[dict]) -> list[str]:
-    statuses = pd.Series([r["status"] for r in results]).value_counts().to_dict()
+    counts = pd.Series([r["status"] for r in results]).value_counts()
+    statuses = ", ".join(f"{n} {STATUS_WORDS.get(s, s)}" for s, n in counts.items())
+    epochs = record["detector_epochs_override"]
+    epochs = "the config's max_epochs" if epochs is None else f"{epochs} (override)"
     rows = []
     for r in results:
         cm = r["detector"]["concept_metrics"]
@@ -229,8 +237,8 @@ def _done_text(record: dict, results: Sequence[dict]) -> list[str]:
         "## What was done", "",
         f"Dataset `{record['dataset']}` ({record['input_kind']}, {record['n_concepts']} concepts, "
         f"{record['fold_classes']} classes in {record['n_folds']} class-disjoint folds, `folds.json`); "
-        f"seeds {record['seeds']}, folds {record['folds']}; detector epochs override: "
-        f"{record['detector_epochs_override']}. Fold status: {statuses}.",
+        f"seeds {record['seeds']}, folds {record['folds']}; detector epochs: {epochs}; "
+        f"detector checkpoints kept: {record.get('keep_checkpoints', 'all')}. Folds: {statuses}.",
         "For each (seed, fold) the held-out classes were removed before training the concept detector; "
         "the isotonic calibrator was fitted on retained val, FERL and the baselines on retained train "
         "(the same calibrated vectors), each threshold accepts "

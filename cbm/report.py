@@ -47,7 +47,7 @@ __all__ = ["build_report", "demote_headings", "report_main", "report_parser"]
 EXAMPLE_TITLES = {
     "confident": "A confident prediction",
     "two-class": "A two-class credal set",
-    "novel": "An abstention / held-out-class image and its anomalous attributes",
+    "novel": "A held-out-class image (an abstention where there is one) and its anomalous attributes",
 }
 
 

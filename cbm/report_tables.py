@@ -88,11 +88,14 @@ def heads_markdown(entry: dict) -> str:
     paper_key = entry.get("paper_dataset")
     paper = PAPER_TABLE4.get(paper_key, {}) if paper_key else {}
     n = entry["n"]
+    n_train = entry.get("n_train_classes", entry["n_classes"])
+    classes = (f"{entry['n_classes']} classes" if n_train == entry["n_classes"]
+               else f"{n_train} classes in training, {entry['n_classes']} in the data set")
     lines = [
         "# Concept-bottleneck heads (paper Table 4 layout)", "",
         f"Test accuracy (%) of each head fitted on train with raw and with per-concept isotonic-calibrated "
         f"concept probabilities (calibration fitted on val). Concepts: `{entry['concepts']}` "
-        f"({entry['n_concepts']} concepts, {entry['n_classes']} classes; n train/val/test = "
+        f"({entry['n_concepts']} concepts, {classes}; n train/val/test = "
         f"{n['train']}/{n['val']}/{n['test']}). Seed {entry['seed']}.",
     ]
     if n.get("test_unseen_class_rows"):

@@ -22,6 +22,7 @@ import platform
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,9 +41,28 @@ from cbm.concepts_io import check_concept_names, checkpoint_concept_names, save_
 from cbm.detector import ConceptDetector, concept_metrics, imbalance_pos_weight
 from ferl.persist import atomic_write_text
 
-__all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "train_detector"]
+__all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
 
 log = logging.getLogger(__name__)
+
+
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+_NO_TIPS = _NoTips()
+
+
+def quiet_library_noise() -> None:
+    """Silence two notices Lightning repeats at every ``fit`` (console scripts call this).
+
+    A torch deprecation warning from Lightning's pytree helper (``LeafSpec``) and Lightning's
+    advertisement for its cloud logger (``💡 Tip: ... litlogger``). Nothing else is filtered.
+    """
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_NO_TIPS)
 
 #: (metric key, mode) per ``monitor`` choice.
 MONITORS = {"loss": ("val/loss", "min"), "auroc": ("val/auroc", "max")}

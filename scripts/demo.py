@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import time
-import warnings
 
 from cbm.demo import PROFILES, headline, run_demo
+from cbm.train import quiet_library_noise
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,8 +35,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Run the demo; print the headline numbers and where the report is."""
     args = parse_args(argv)
-    # torch deprecation noise from Lightning's pytree helper, printed at every step otherwise
-    warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated")
+    quiet_library_noise()
     start = time.perf_counter()
     try:
         report = run_demo(args.out, PROFILES[args.profile], fresh=args.fresh)

@@ -135,7 +135,10 @@ def test_unseen_test_classes_are_an_error_outside_open_world(tmp_path):
     (run / "config.yaml").write_text("data:\n  dataset: cub\n  fold: 2\n")  # an open-world fold
     entry = fit_head(run, run, heads=["lr"])
     assert entry["open_world"] and entry["n"]["test_unseen_class_rows"] == 7
-    assert "7 test rows of classes unseen in train" in (run / "tables" / "heads.md").read_text()
+    heads_md = (run / "tables" / "heads.md").read_text()
+    assert "7 test rows of classes unseen in train" in heads_md
+    n_train = len(set(load_concept_table(run / "concepts" / "train.npz").y.tolist()))
+    assert n_train < 5 and f"{n_train} classes in training, 5 in the data set" in heads_md
 
 
 @pytest.mark.parametrize(("split", "value"), [("val", np.nan), ("test", 1.2), ("train", -0.5)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from cbm.cli import train_detector_main
 from cbm.concepts_io import check_table_matches_checkpoint, load_concept_tables
 from cbm.data import ConceptDataModule
 from cbm.data.tables import FeatureTable
-from cbm.train import train_detector
+from cbm.train import quiet_library_noise, train_detector
 
 TINY = "test_resnet"  # timm's 0.4 M-parameter ResNet for tests
 SYNTH = {"n_per_class": 5, "n_classes": 8, "n_heldout": 2}  # 24 train / 8 val / 8 test images
@@ -116,6 +117,22 @@ def test_sigterm_during_training_exits_non_zero_with_a_message(tmp_path):
                        trainer=_trainer(max_epochs=3), export_splits=["test"], callbacks=[_Sigterm()])
     assert isinstance(info.value.code, str) and "interrupted by SIGTERM" in info.value.code  # exit status 1
     assert str(tmp_path / "run" / "detector" / "checkpoints") in info.value.code
+
+
+def test_quiet_library_noise_drops_only_lightning_tips():
+    from lightning.pytorch.utilities import rank_zero
+
+    seen = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    rank_zero.rank_zero_module.log.addHandler(handler)
+    try:
+        quiet_library_noise()
+        rank_zero.rank_zero_info("💡 Tip: For seamless cloud logging, try installing something")
+        rank_zero.rank_zero_info("GPU available: False")
+    finally:
+        rank_zero.rank_zero_module.log.removeHandler(handler)
+    assert seen == ["GPU available: False"]
 
 
 def test_resume_from_checkpoint_with_other_concepts_is_refused(tmp_path):
