@@ -30,7 +30,14 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 
 from cbm.data import ConceptDataModule, load_folds
 from cbm.data.tables import SampleTable
-from cbm.openworld_fold import PARTS, EvalSettings, check_keep_checkpoints, detector_parser, run_fold
+from cbm.openworld_fold import (
+    KEEP_CHECKPOINTS,
+    PARTS,
+    EvalSettings,
+    check_keep_checkpoints,
+    detector_parser,
+    run_fold,
+)
 from cbm.openworld_report import FOLD_DIR, PAPER_TABLE5, write_report
 from cbm.train import quiet_library_noise
 from ferl.benchmarks.ood import DETECTORS
@@ -226,9 +233,9 @@ def openworld_parser() -> ArgumentParser:
     p.add_argument("--detector-epochs", type=int | None, default=None, help="override trainer.max_epochs")
     p.add_argument("--data-root", type=str | None, default=None, help="override data.data_root")
     p.add_argument("--overwrite", action="store_true", help="recompute finished folds")
-    p.add_argument("--keep-checkpoints", type=Literal["none", "best", "all"], default="none",
-                   help="detector checkpoints each trained fold keeps: none | best | all "
-                        "(the protocol reads only the exported concept tables)")
+    p.add_argument("--keep-checkpoints", type=Literal[KEEP_CHECKPOINTS], default="none",
+                   help="detector checkpoints each trained fold keeps (default none: the protocol "
+                        "reads only the exported concept tables)")
     return p
 
 
