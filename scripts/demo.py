@@ -19,7 +19,7 @@ import argparse
 import time
 
 from cbm.demo import PROFILES, headline, run_demo
-from cbm.train import quiet_library_noise
+from cbm.detector.train import quiet_library_noise
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

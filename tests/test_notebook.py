@@ -10,9 +10,9 @@ import pytest
 import yaml
 from nbclient import NotebookClient
 
-from cbm.concepts_io import save_concept_table
 from cbm.data import ConceptDataModule
-from cbm.fit_head import fit_head
+from cbm.data.concept_tables import save_concept_table
+from cbm.heads.fit import fit_head
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "inspect_rules.ipynb"
 DATA = {"dataset": "synthetic", "dataset_kwargs": {"n_per_class": 10, "n_classes": 6, "n_heldout": 2},

@@ -14,7 +14,8 @@ from .common import (
     resolve_data_root,
     stratified_split,
 )
-from .cub import KOH_112_ATTRIBUTE_INDICES, CUBTable, load_cub
+from .cub import CUBTable, load_cub
+from .cub_attributes import KOH_112_ATTRIBUTE_INDICES
 from .datamodule import ConceptDataModule, build_transform
 from .features import load_awa_features, load_feature_table
 from .folds import (
