@@ -29,9 +29,9 @@ from ferl._tree import membership
 
 __all__ = ["Factor", "Span", "evaluate", "spans", "same_membership"]
 
-#: Grid points and ternary-search steps for the peak of a span whose core is empty.
-_PEAK_POINTS = 1025
-_REFINE_STEPS = 40
+#: Grid points and refining rounds for the peak of a span whose core is empty.
+_PEAK_POINTS = 257
+_REFINE_ROUNDS = 4
 
 
 @dataclass(frozen=True)
@@ -103,13 +103,15 @@ def _grid(factors: list[Factor]) -> tuple[np.ndarray, np.ndarray]:
     breaks = np.unique(traps[np.isfinite(traps)])
     if breaks.size == 0:
         return np.zeros(1), np.zeros(1, dtype=bool)
-    points = [_outside(breaks[0], -1)]
-    kind = [False]
-    for i, b in enumerate(breaks):
-        nxt = 0.5 * b + 0.5 * breaks[i + 1] if i + 1 < breaks.size else _outside(b, 1)
-        points += [b, nxt]
-        kind += [True, False]
-    return np.array(points), np.array(kind)
+    n = breaks.size
+    points = np.empty(2 * n + 1)
+    points[0] = _outside(breaks[0], -1)
+    points[1::2] = breaks
+    points[2:-1:2] = 0.5 * breaks[:-1] + 0.5 * breaks[1:]
+    points[-1] = _outside(breaks[-1], 1)
+    kind = np.zeros(2 * n + 1, dtype=bool)
+    kind[1::2] = True
+    return points, kind
 
 
 def spans(factors: list[Factor]) -> list[Span]:
@@ -165,22 +167,16 @@ def _span(factors, points, is_break, m, i: int, j: int) -> Span:
 
 def _peak(factors, lo: float, hi: float, inner: np.ndarray) -> float:
     """``max m`` on ``[lo, hi]``: ``m`` is log-concave there, hence unimodal, so a grid (with the
-    breakpoints, where a kink may hold the maximum) brackets the maximum and a ternary search
-    refines it."""
+    breakpoints, where a kink may hold the maximum) brackets the maximum; finer grids inside the
+    bracket refine it (each round divides the bracket by about ``_PEAK_POINTS / 2``)."""
     grid = np.sort(np.concatenate([np.linspace(lo, hi, _PEAK_POINTS), inner]))
-    values = evaluate(factors, grid)
-    k = int(np.argmax(values))
-    a, b = grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)]
-    best = values[k]
-    for _ in range(_REFINE_STEPS):
-        x1, x2 = (2 * a + b) / 3, (a + 2 * b) / 3
-        m1, m2 = evaluate(factors, np.array([x1, x2]))
-        best = max(best, m1, m2)
-        if m1 < m2:
-            a = x1
-        else:
-            b = x2
-    return float(best)
+    best = 0.0
+    for _ in range(_REFINE_ROUNDS):
+        values = evaluate(factors, grid)
+        k = int(np.argmax(values))
+        best = max(best, float(values[k]))
+        grid = np.linspace(grid[max(k - 1, 0)], grid[min(k + 1, grid.size - 1)], _PEAK_POINTS)
+    return best
 
 
 def same_membership(factors: list[Factor], reference: list[Factor], tol: float = 1e-12) -> bool:

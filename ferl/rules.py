@@ -159,6 +159,11 @@ def path_conditions(tree: FuzzyTree, node: int, feature_names, digits: int = 2) 
     -------
     tuple of Condition
     """
+    return _path_conditions(tree, node, feature_names, digits, {})
+
+
+def _path_conditions(tree: FuzzyTree, node: int, feature_names, digits: int, cache: dict) -> tuple:
+    """`path_conditions`, reusing ``cache`` (tests on a feature -> Condition) across sibling paths."""
     tests: dict[int, list] = {}
     child = int(node)
     while tree.parent[child] >= 0:
@@ -167,9 +172,11 @@ def path_conditions(tree: FuzzyTree, node: int, feature_names, digits: int = 2) 
         child = parent
     conds = []
     for f, path in tests.items():
-        path.reverse()
-        text, peak = _merged(tree, path, feature_names[f], digits)
-        conds.append(Condition(f, feature_names[f], text, tuple(o for o, _ in path), peak))
+        key = tuple(reversed(path))
+        if key not in cache:
+            text, peak = _merged(tree, list(key), feature_names[f], digits)
+            cache[key] = Condition(f, feature_names[f], text, tuple(o for o, _ in key), peak)
+        conds.append(cache[key])
     conds.sort(key=lambda c: c.nodes[0])
     return tuple(conds)
 
@@ -177,6 +184,9 @@ def path_conditions(tree: FuzzyTree, node: int, feature_names, digits: int = 2) 
 def _merged(tree: FuzzyTree, path: list, name: str, digits: int) -> tuple[str, float]:
     factors = [Factor(tuple(float(v) for v in tree.trap[o]), left, float(tree.threshold[o]),
                       float(tree.half_width[o])) for o, left in path]
+    if len(path) == 1 and tree.kind[path[0][0]] == SPLIT_LEARNED:  # the split itself (fast path)
+        op = "≤" if path[0][1] else ">"
+        return f"{name} {op} {_band(factors[0].trap[2], factors[0].trap[3], factors, digits)}", 1.0
     if all(tree.kind[o] == SPLIT_FIXED for o, _ in path):
         term = _linguistic(tree, path, factors)
         if term is not None:
@@ -240,6 +250,8 @@ def _linguistic(tree: FuzzyTree, path: list, factors: list[Factor]) -> str | Non
         phrase, left = f"is not {SET_NAMES[k]}", False
     else:
         return None
+    if len(path) == 1:  # one set is its own term
+        return phrase
     trap = _term_trap(k, {int(tree.fuzzy_set[o]): f.trap for (o, _), f in zip(path, factors, strict=True)})
     if trap is None or not same_membership(factors, [Factor(trap, left)]):
         return None
@@ -317,12 +329,12 @@ def extract_rules(tree: FuzzyTree, feature_names, classes, alone: np.ndarray | N
     digits : int >= 0
         Minimum decimals of thresholds in condition texts.
     """
-    rules = []
+    rules, cache = [], {}
     for k, node in enumerate(np.flatnonzero(tree.is_leaf)):
         value = tree.value[node]
         rules.append(Rule(
             rule_id=k, node=int(node),
-            conditions=path_conditions(tree, int(node), feature_names, digits),
+            conditions=_path_conditions(tree, int(node), feature_names, digits, cache),
             distribution={_plain(c): float(v) for c, v in zip(classes, value, strict=True)},
             prediction=_plain(classes[int(np.argmax(value))]), support=float(tree.weight[node]),
             confidence=float(value.max()), alone=None if alone is None else float(alone[k]),
