@@ -106,14 +106,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Names used in rules: ``feature_names_in_``, the ``feature_names`` given to `fit`, or x0, x1...
     n_rules_ : int
         Number of leaves.
-    rule_alone_ : ndarray of shape (n_rules_,)
+    rule_alone_ : ndarray of shape (n_rules_,) or None
         Share of the training weight on which each rule holds more than half the firing
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
-
-    Notes
-    -----
-    ``print(clf)`` shows the fitted rule list, one short line per rule (as imodels' models print);
-    ``repr(clf)`` stays scikit-learn's parameter repr.
     """
 
     _parameter_constraints: dict = {
@@ -437,8 +432,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         return format_rules(self._rules(int(digits)), int(digits), style)
 
     def __str__(self) -> str:
-        """The short rule list (header, then ``rule <id>: IF ... THEN class (confidence, support,
-        alone)`` per rule); the scikit-learn repr when the model is not fitted."""
+        """``print(clf)``: the short rule list, as imodels' models print (a header, then ``rule <id>:
+        IF ... THEN class (confidence, support, alone)`` per rule); ``repr(clf)`` stays
+        scikit-learn's, and ``str`` is that repr while the model is not fitted."""
         if not hasattr(self, "tree_"):
             return repr(self)
         return format_summary(repr(self), self.rules_)
