@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-__all__ = ["FuzzyTree", "trapezoid", "membership", "node_firing", "support_gate"]
+__all__ = ["FuzzyTree", "Firing", "trapezoid", "membership", "sparse_firing", "support_gate"]
 
 NO_CHILD = -1
 SPLIT_LEARNED = 0
@@ -66,9 +66,90 @@ def support_gate(x: float, lo: float, hi: float, margin: float) -> float:
     return g if g > 0.0 else 0.0
 
 
+@njit(cache=True, inline="always")
+def _membership(x, a, b, c, d, ramp):
+    """`trapezoid`, with a branch-free path for a learned split's right shoulder ``ramp``
+    (``a = b = -inf``, ``c < d``): ``clip((d - x) / (d - c), 0, 1)`` is the same float."""
+    if ramp:
+        return max(min((d - x) / (d - c), 1.0), 0.0)
+    return trapezoid(x, a, b, c, d)
+
+
 @njit(cache=True)
-def node_firing(X, feature, trap, left, right, lo, hi, margin, gates):
-    """Firing strength of every node for every sample.
+def _split_entries(xt_f, a, b, c, d, ramp, lo_o, hi_o, margin_o, gates, s, k, e, rows, phi, phi0,
+                   lost, mu, through):
+    """Route the ``k`` entries of one node (from ``s``) to its children, written from ``e`` on:
+    the left child's entries, one spare slot, the right child's. Returns both counts."""
+    n_left = 0
+    for q in range(s, s + k):
+        x = xt_f[rows[q]]
+        m = _membership(x, a, b, c, d, ramp)
+        mu[q - s] = m
+        n_left += phi0[q] * m > 0.0
+        p = phi[q]
+        if gates:
+            g = support_gate(x, lo_o, hi_o, margin_o)
+            lost[q] = p * (1.0 - g)
+            p = p * g
+        through[q - s] = p
+    left = e
+    right = e + n_left + 1
+    for q in range(s, s + k):
+        # branch-free compaction: write every entry, advance only past the kept ones
+        p = through[q - s]
+        p0 = phi0[q]
+        m = mu[q - s]
+        row = rows[q]
+        rows[left] = row
+        phi[left] = p * m
+        phi0[left] = p0 * m
+        lost[left] = 0.0
+        left += p0 * m > 0.0
+        rows[right] = row
+        phi[right] = p * (1.0 - m)
+        phi0[right] = p0 * (1.0 - m)
+        lost[right] = 0.0
+        right += p0 * (1.0 - m) > 0.0
+    return n_left, right - (e + n_left + 1)
+
+
+@njit(cache=True)
+def _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, count, rows, phi, phi0,
+           lost, e):
+    """Route nodes from ``o`` on, in index order, while their children's entries fit; returns
+    the next node and the next free entry. ``xt`` is the inputs, feature-major."""
+    n_nodes = feature.shape[0]
+    mu = np.empty(xt.shape[1])
+    through = np.empty(xt.shape[1])
+    while o < n_nodes:
+        k = count[o]
+        f = feature[o]
+        if f >= 0 and k > 0:
+            if rows.shape[0] - e < 2 * k + 2:
+                return o, e
+            a, b, c, d = trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3]
+            ramp = a == -np.inf and b == -np.inf and c < d
+            n_left, n_right = _split_entries(xt[f], a, b, c, d, ramp, lo[o], hi[o], margin[o], gates,
+                                             start[o], k, e, rows, phi, phi0, lost, mu,
+                                             through)
+            start[left[o]] = e
+            count[left[o]] = n_left
+            start[right[o]] = e + n_left + 1
+            count[right[o]] = n_right
+            e += n_left + n_right + 1
+        o += 1
+    return o, e
+
+
+@njit(cache=True)
+def sparse_firing(X, feature, trap, left, right, lo, hi, margin, gates):
+    """Firing of the nodes each sample reaches, node by node (sparse columns).
+
+    Nodes are visited in index order (a parent before its children); each node routes the samples
+    that reach it to its children, keeping a child's entry only where its ungated firing is
+    non-zero. A sample therefore costs O(nodes it reaches), not O(nodes): the fuzzy bands are
+    narrow and a sample reaches a few paths of the tree. The work on one node is a branch-free
+    loop over independent samples.
 
     Parameters
     ----------
@@ -76,7 +157,7 @@ def node_firing(X, feature, trap, left, right, lo, hi, margin, gates):
     feature : ndarray of shape (n_nodes,), int64
         Split feature of each node, -1 for leaves.
     trap : ndarray of shape (n_nodes, 4), float64
-        Trapezoid of the left child's fuzzy set.
+        Trapezoid of the left child's fuzzy set (any value at leaves).
     left, right : ndarray of shape (n_nodes,), int64
         Children, -1 for leaves.
     lo, hi, margin : ndarray of shape (n_nodes,), float64
@@ -86,33 +167,88 @@ def node_firing(X, feature, trap, left, right, lo, hi, margin, gates):
 
     Returns
     -------
-    phi : ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
-        Firing reaching each node (root = 1), after the gates of its ancestors.
-    lost : ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
+    start, count : ndarray of shape (n_nodes,), int64
+        Node ``o``'s entries are ``start[o]:start[o] + count[o]`` (count 0: no sample reaches it).
+    rows : ndarray of shape (n_entries,), int64
+        Sample of each entry; increasing within a node.
+    phi : ndarray of shape (n_entries,), float64 in [0, 1]
+        Firing reaching the node (root = 1), after the gates of its ancestors.
+    phi0 : ndarray of shape (n_entries,), float64 in (0, 1]
+        The same firing with the gates off (equal to ``phi`` when ``gates`` is False).
+    lost : ndarray of shape (n_entries,), float64 in [0, 1]
         ``phi_o (1 - gamma_o)``: routing mass lost at each internal node (appendix eq. 8); 0 at leaves.
     """
     n = X.shape[0]
     n_nodes = feature.shape[0]
-    phi = np.zeros((n, n_nodes))
-    lost = np.zeros((n, n_nodes))
+    start = np.zeros(n_nodes, dtype=np.int64)
+    count = np.zeros(n_nodes, dtype=np.int64)
+    cap = 24 * n + 2 * n_nodes + 8
+    rows = np.empty(cap, dtype=np.int64)
+    phi = np.empty(cap)
+    phi0 = np.empty(cap)
+    lost = np.empty(cap)
     for i in range(n):
-        phi[i, 0] = 1.0
-        for o in range(n_nodes):
-            f = feature[o]
-            if f < 0:
-                continue
-            p = phi[i, o]
-            if p == 0.0:
-                continue
-            x = X[i, f]
-            if gates:
-                g = support_gate(x, lo[o], hi[o], margin[o])
-                lost[i, o] = p * (1.0 - g)
-                p = p * g
-            m = trapezoid(x, trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3])
-            phi[i, left[o]] = p * m
-            phi[i, right[o]] = p * (1.0 - m)
-    return phi, lost
+        rows[i] = i
+        phi[i] = 1.0
+        phi0[i] = 1.0
+        lost[i] = 0.0
+    count[0] = n
+    xt = np.ascontiguousarray(X.T)  # a node reads one feature of its samples
+    o, e = _route(xt, feature, trap, left, right, lo, hi, margin, gates, 0, start, count, rows, phi,
+                  phi0, lost, n)
+    while o < n_nodes:  # out of room: grow by the entries per node seen so far, and go on
+        cap = 2 * e + 2 * count[o] + 2 * n_nodes
+        rows = _grown(rows, e, cap)
+        phi = _grown(phi, e, cap)
+        phi0 = _grown(phi0, e, cap)
+        lost = _grown(lost, e, cap)
+        o, e = _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, count, rows,
+                      phi, phi0, lost, e)
+    return start, count, rows[:e], phi[:e], phi0[:e], lost[:e]
+
+
+@njit(cache=True)
+def _grown(a, used, cap):
+    out = np.empty(cap, dtype=a.dtype)
+    out[:used] = a[:used]
+    return out
+
+
+@dataclass(frozen=True)
+class Firing:
+    """Sparse node firings of a batch of samples (see `sparse_firing`): node ``o`` is reached by
+    the samples ``rows[start[o]:start[o] + count[o]]``, with firings ``phi`` (gated), ``phi0``
+    (ungated) and gate losses ``lost`` at the same positions."""
+
+    start: np.ndarray
+    count: np.ndarray
+    rows: np.ndarray
+    phi: np.ndarray
+    phi0: np.ndarray
+    lost: np.ndarray
+    n_samples: int
+
+    @classmethod
+    def from_dense(cls, phi: np.ndarray) -> Firing:
+        """The entries of a dense firing matrix (n_samples, n_nodes); zeros are left out, ``phi0``
+        is ``phi`` and ``lost`` is 0."""
+        phi = np.asarray(phi, dtype=np.float64)
+        fired = phi.T > 0.0
+        count = fired.sum(axis=1)
+        start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
+        rows = np.nonzero(fired)[1].astype(np.int64)
+        values = phi.T[fired]
+        return cls(start, count.astype(np.int64), rows, values, values, np.zeros_like(values),
+                   phi.shape[0])
+
+    def dense(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros elsewhere."""
+        n_nodes = self.start.shape[0]
+        out = np.zeros((self.n_samples, n_nodes))
+        for o in np.flatnonzero(self.count):
+            at = slice(self.start[o], self.start[o] + self.count[o])
+            out[self.rows[at], o] = values[at]
+        return out
 
 
 @dataclass
@@ -229,15 +365,38 @@ class FuzzyTree:
         width = np.nan_to_num(self.hi - self.lo, nan=0.0)
         return np.maximum(margin_factor * width, min_margin[feat])
 
+    def derived(self, name: str, inputs: tuple, compute):
+        """``compute()``, kept on the tree while ``inputs`` are unchanged (arrays by identity,
+        other values by equality), so inference does not redo per-tree work on every call.
+
+        The fitted arrays are never changed in place; replacing one (as fitting or loading does)
+        invalidates what was derived from it.
+        """
+        cache = self.__dict__.setdefault("_derived", {})
+        hit = cache.get(name)
+        if hit is not None and len(hit[0]) == len(inputs) and all(
+                a is b if isinstance(a, np.ndarray) else a == b
+                for a, b in zip(hit[0], inputs, strict=True)):
+            return hit[1]
+        value = compute()
+        cache[name] = (inputs, value)
+        return value
+
+    def sparse_firing(self, X: np.ndarray, gates: bool, margin: np.ndarray) -> Firing:
+        """Sparse firings of the rows of ``X`` (n, n_features); see `sparse_firing`."""
+        lo, hi, trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
+            np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        return Firing(*sparse_firing(
+            X, self.feature, trap, self.left, self.right, lo, hi,
+            np.ascontiguousarray(margin, dtype=np.float64), gates,
+        ), n_samples=X.shape[0])
+
     def firing(self, X: np.ndarray, gates: bool, margin: np.ndarray):
-        """Firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see `node_firing`."""
-        lo = np.nan_to_num(self.lo, nan=0.0)
-        hi = np.nan_to_num(self.hi, nan=0.0)
-        trap = np.nan_to_num(self.trap, nan=0.0)
-        return node_firing(
-            np.ascontiguousarray(X, dtype=np.float64), self.feature, trap, self.left, self.right,
-            lo, hi, margin, gates,
-        )
+        """Dense firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see
+        `sparse_firing`. Memory grows as n x n_nodes: batch large inputs."""
+        fired = self.sparse_firing(X, gates, margin)
+        return fired.dense(fired.phi), fired.dense(fired.lost)
 
     def path_mask(self, n_features: int) -> np.ndarray:
         """Features tested on each node's root-to-node path.
