@@ -66,90 +66,72 @@ def support_gate(x: float, lo: float, hi: float, margin: float) -> float:
     return g if g > 0.0 else 0.0
 
 
-@njit(cache=True, inline="always")
-def _membership(x, a, b, c, d, ramp):
-    """`trapezoid`, with a branch-free path for a learned split's right shoulder ``ramp``
-    (``a = b = -inf``, ``c < d``): ``clip((d - x) / (d - c), 0, 1)`` is the same float."""
-    if ramp:
-        return max(min((d - x) / (d - c), 1.0), 0.0)
-    return trapezoid(x, a, b, c, d)
-
-
 @njit(cache=True)
-def _split_entries(xt_f, a, b, c, d, ramp, lo_o, hi_o, margin_o, gates, s, k, e, rows, phi, phi0,
-                   lost, mu, through):
-    """Route the ``k`` entries of one node (from ``s``) to its children, written from ``e`` on:
-    the left child's entries, one spare slot, the right child's. Returns both counts."""
-    n_left = 0
-    for q in range(s, s + k):
-        x = xt_f[rows[q]]
-        m = _membership(x, a, b, c, d, ramp)
-        mu[q - s] = m
-        n_left += phi0[q] * m > 0.0
-        p = phi[q]
-        if gates:
-            g = support_gate(x, lo_o, hi_o, margin_o)
-            lost[q] = p * (1.0 - g)
-            p = p * g
-        through[q - s] = p
-    left = e
-    right = e + n_left + 1
-    for q in range(s, s + k):
-        # branch-free compaction: write every entry, advance only past the kept ones
-        p = through[q - s]
-        p0 = phi0[q]
-        m = mu[q - s]
-        row = rows[q]
-        rows[left] = row
-        phi[left] = p * m
-        phi0[left] = p0 * m
-        lost[left] = 0.0
-        left += p0 * m > 0.0
-        rows[right] = row
-        phi[right] = p * (1.0 - m)
-        phi0[right] = p0 * (1.0 - m)
-        lost[right] = 0.0
-        right += p0 * (1.0 - m) > 0.0
-    return n_left, right - (e + n_left + 1)
+def _walk(X, i, feature, trap, left, right, lo, hi, margin, gates, indptr, node, phi, phi0, lost, e):
+    """Walk the samples from ``i`` on while a whole sample's entries still fit (at most n_nodes),
+    writing from entry ``e`` on; returns the next sample and the next entry.
 
-
-@njit(cache=True)
-def _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, count, rows, phi, phi0,
-           lost, e):
-    """Route nodes from ``o`` on, in index order, while their children's entries fit; returns
-    the next node and the next free entry. ``xt`` is the inputs, feature-major."""
+    Pending nodes are kept sorted by decreasing index and the smallest is taken next, so each
+    sample's nodes come out in index order (a child's index exceeds its parent's).
+    """
+    n = X.shape[0]
     n_nodes = feature.shape[0]
-    mu = np.empty(xt.shape[1])
-    through = np.empty(xt.shape[1])
-    while o < n_nodes:
-        k = count[o]
-        f = feature[o]
-        if f >= 0 and k > 0:
-            if rows.shape[0] - e < 2 * k + 2:
-                return o, e
-            a, b, c, d = trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3]
-            ramp = a == -np.inf and b == -np.inf and c < d
-            n_left, n_right = _split_entries(xt[f], a, b, c, d, ramp, lo[o], hi[o], margin[o], gates,
-                                             start[o], k, e, rows, phi, phi0, lost, mu,
-                                             through)
-            start[left[o]] = e
-            count[left[o]] = n_left
-            start[right[o]] = e + n_left + 1
-            count[right[o]] = n_right
-            e += n_left + n_right + 1
-        o += 1
-    return o, e
+    pending = np.empty(n_nodes + 1, dtype=np.int64)
+    pending_phi = np.empty(n_nodes + 1)
+    pending_phi0 = np.empty(n_nodes + 1)
+    while i < n and node.shape[0] - e >= n_nodes:
+        indptr[i] = e
+        pending[0] = 0
+        pending_phi[0] = 1.0
+        pending_phi0[0] = 1.0
+        top = 1
+        while top > 0:
+            top -= 1
+            o = pending[top]
+            p = pending_phi[top]
+            p0 = pending_phi0[top]
+            node[e] = o
+            phi[e] = p
+            phi0[e] = p0
+            lost[e] = 0.0
+            e += 1
+            f = feature[o]
+            if f < 0:
+                continue
+            x = X[i, f]
+            if gates and p > 0.0:
+                g = support_gate(x, lo[o], hi[o], margin[o])
+                lost[e - 1] = p * (1.0 - g)
+                p = p * g
+            m = trapezoid(x, trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3])
+            for side in range(2):
+                if side == 0:
+                    child, q, q0 = right[o], p * (1.0 - m), p0 * (1.0 - m)
+                else:
+                    child, q, q0 = left[o], p * m, p0 * m
+                if q0 > 0.0:  # insert, keeping the pending nodes sorted by decreasing index
+                    t = top
+                    while t > 0 and pending[t - 1] < child:
+                        pending[t] = pending[t - 1]
+                        pending_phi[t] = pending_phi[t - 1]
+                        pending_phi0[t] = pending_phi0[t - 1]
+                        t -= 1
+                    pending[t] = child
+                    pending_phi[t] = q
+                    pending_phi0[t] = q0
+                    top += 1
+        i += 1
+    return i, e
 
 
 @njit(cache=True)
 def sparse_firing(X, feature, trap, left, right, lo, hi, margin, gates):
-    """Firing of the nodes each sample reaches, node by node (sparse columns).
+    """Firing of the nodes each sample reaches, one walk per sample (sparse rows).
 
-    Nodes are visited in index order (a parent before its children); each node routes the samples
-    that reach it to its children, keeping a child's entry only where its ungated firing is
-    non-zero. A sample therefore costs O(nodes it reaches), not O(nodes): the fuzzy bands are
-    narrow and a sample reaches a few paths of the tree. The work on one node is a branch-free
-    loop over independent samples.
+    The walk follows a child only where its ungated firing is non-zero, so a sample costs
+    O(nodes it reaches), not O(nodes): the fuzzy bands are narrow and a sample reaches a few paths
+    of the tree. Each sample's nodes come out in index order, the order of the dense kernels
+    this replaces, so sums over them are the same floats.
 
     Parameters
     ----------
@@ -167,10 +149,10 @@ def sparse_firing(X, feature, trap, left, right, lo, hi, margin, gates):
 
     Returns
     -------
-    start, count : ndarray of shape (n_nodes,), int64
-        Node ``o``'s entries are ``start[o]:start[o] + count[o]`` (count 0: no sample reaches it).
-    rows : ndarray of shape (n_entries,), int64
-        Sample of each entry; increasing within a node.
+    indptr : ndarray of shape (n_samples + 1,), int64
+        Sample ``i``'s entries are ``indptr[i]:indptr[i + 1]``.
+    node : ndarray of shape (n_entries,), int64
+        Nodes with non-zero ungated firing, increasing within a sample.
     phi : ndarray of shape (n_entries,), float64 in [0, 1]
         Firing reaching the node (root = 1), after the gates of its ancestors.
     phi0 : ndarray of shape (n_entries,), float64 in (0, 1]
@@ -180,31 +162,24 @@ def sparse_firing(X, feature, trap, left, right, lo, hi, margin, gates):
     """
     n = X.shape[0]
     n_nodes = feature.shape[0]
-    start = np.zeros(n_nodes, dtype=np.int64)
-    count = np.zeros(n_nodes, dtype=np.int64)
-    cap = 24 * n + 2 * n_nodes + 8
-    rows = np.empty(cap, dtype=np.int64)
+    cap = 16 * n + n_nodes
+    indptr = np.empty(n + 1, dtype=np.int64)
+    node = np.empty(cap, dtype=np.int64)
     phi = np.empty(cap)
     phi0 = np.empty(cap)
     lost = np.empty(cap)
-    for i in range(n):
-        rows[i] = i
-        phi[i] = 1.0
-        phi0[i] = 1.0
-        lost[i] = 0.0
-    count[0] = n
-    xt = np.ascontiguousarray(X.T)  # a node reads one feature of its samples
-    o, e = _route(xt, feature, trap, left, right, lo, hi, margin, gates, 0, start, count, rows, phi,
-                  phi0, lost, n)
-    while o < n_nodes:  # out of room: grow by the entries per node seen so far, and go on
-        cap = 2 * e + 2 * count[o] + 2 * n_nodes
-        rows = _grown(rows, e, cap)
+    i, e = _walk(X, 0, feature, trap, left, right, lo, hi, margin, gates, indptr, node, phi, phi0,
+                 lost, 0)
+    while i < n:  # out of room: grow by the entries per sample seen so far, and go on
+        cap = e + (n - i) * (e // i + 1) + n_nodes
+        node = _grown(node, e, cap)
         phi = _grown(phi, e, cap)
         phi0 = _grown(phi0, e, cap)
         lost = _grown(lost, e, cap)
-        o, e = _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, count, rows,
-                      phi, phi0, lost, e)
-    return start, count, rows[:e], phi[:e], phi0[:e], lost[:e]
+        i, e = _walk(X, i, feature, trap, left, right, lo, hi, margin, gates, indptr, node, phi,
+                     phi0, lost, e)
+    indptr[n] = e
+    return indptr, node[:e], phi[:e], phi0[:e], lost[:e]
 
 
 @njit(cache=True)
@@ -216,38 +191,36 @@ def _grown(a, used, cap):
 
 @dataclass(frozen=True)
 class Firing:
-    """Sparse node firings of a batch of samples (see `sparse_firing`): node ``o`` is reached by
-    the samples ``rows[start[o]:start[o] + count[o]]``, with firings ``phi`` (gated), ``phi0``
-    (ungated) and gate losses ``lost`` at the same positions."""
+    """Sparse node firings of a batch of samples (see `sparse_firing`): sample ``i`` reaches the
+    nodes ``node[indptr[i]:indptr[i + 1]]`` (in index order) with firings ``phi`` (gated),
+    ``phi0`` (ungated) and gate losses ``lost`` at the same positions."""
 
-    start: np.ndarray
-    count: np.ndarray
-    rows: np.ndarray
+    indptr: np.ndarray
+    node: np.ndarray
     phi: np.ndarray
     phi0: np.ndarray
     lost: np.ndarray
-    n_samples: int
+
+    @property
+    def n_samples(self) -> int:
+        return self.indptr.shape[0] - 1
 
     @classmethod
     def from_dense(cls, phi: np.ndarray) -> Firing:
         """The entries of a dense firing matrix (n_samples, n_nodes); zeros are left out, ``phi0``
         is ``phi`` and ``lost`` is 0."""
         phi = np.asarray(phi, dtype=np.float64)
-        fired = phi.T > 0.0
-        count = fired.sum(axis=1)
-        start = np.concatenate([[0], np.cumsum(count)[:-1]]).astype(np.int64)
-        rows = np.nonzero(fired)[1].astype(np.int64)
-        values = phi.T[fired]
-        return cls(start, count.astype(np.int64), rows, values, values, np.zeros_like(values),
-                   phi.shape[0])
+        fired = phi > 0.0
+        indptr = np.concatenate([[0], np.cumsum(fired.sum(axis=1))]).astype(np.int64)
+        values = phi[fired]
+        return cls(indptr, np.nonzero(fired)[1].astype(np.int64), values, values,
+                   np.zeros_like(values))
 
-    def dense(self, values: np.ndarray) -> np.ndarray:
-        """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros elsewhere."""
-        n_nodes = self.start.shape[0]
+    def dense(self, values: np.ndarray, n_nodes: int) -> np.ndarray:
+        """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros
+        elsewhere."""
         out = np.zeros((self.n_samples, n_nodes))
-        for o in np.flatnonzero(self.count):
-            at = slice(self.start[o], self.start[o] + self.count[o])
-            out[self.rows[at], o] = values[at]
+        out[np.repeat(np.arange(self.n_samples), np.diff(self.indptr)), self.node] = values
         return out
 
 
@@ -386,17 +359,16 @@ class FuzzyTree:
         """Sparse firings of the rows of ``X`` (n, n_features); see `sparse_firing`."""
         lo, hi, trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
             np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))
-        X = np.ascontiguousarray(X, dtype=np.float64)
         return Firing(*sparse_firing(
-            X, self.feature, trap, self.left, self.right, lo, hi,
-            np.ascontiguousarray(margin, dtype=np.float64), gates,
-        ), n_samples=X.shape[0])
+            np.ascontiguousarray(X, dtype=np.float64), self.feature, trap, self.left, self.right,
+            lo, hi, np.ascontiguousarray(margin, dtype=np.float64), gates,
+        ))
 
     def firing(self, X: np.ndarray, gates: bool, margin: np.ndarray):
         """Dense firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see
         `sparse_firing`. Memory grows as n x n_nodes: batch large inputs."""
         fired = self.sparse_firing(X, gates, margin)
-        return fired.dense(fired.phi), fired.dense(fired.lost)
+        return fired.dense(fired.phi, self.n_nodes), fired.dense(fired.lost, self.n_nodes)
 
     def path_mask(self, n_features: int) -> np.ndarray:
         """Features tested on each node's root-to-node path.

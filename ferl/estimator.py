@@ -400,7 +400,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
         X = self._check_X(X)
         fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
-        phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
+        phi, lost = (fired.dense(v, self.tree_.n_nodes) for v in (fired.phi, fired.lost))
         novelty = analyse(self.tree_, X, fired)
         radius = certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
         return build_explanation(self, phi, novelty.ranked(self.feature_names_, top_k)[0],
