@@ -1,7 +1,7 @@
 """The read-out of a batch of inputs: one sparse firing pass, shared by every output asked for.
 
 Rows are processed in chunks of `CHUNK`, so the firings held at any time are bounded whatever the
-number of rows; per chunk the sparse firings (`ferl._tree.sparse_firing`) feed the evidence
+number of rows; per chunk the sparse firings (`ferl._firing.sparse_firing`) feed the evidence
 (`ferl.evidence.combine_sparse`) and the novelty scores (`ferl.novelty.analyse`) that the call
 asks for, and the chunks' outputs are concatenated.
 """

@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 
 from ferl._binning import MAX_BINS
-from ferl._tree import trapezoid
+from ferl._membership import trapezoid
 
 __all__ = ["GAIN_GINI", "GAIN_CCI", "TIE_TOL", "best_learned_split", "best_fixed_split", "split_gain",
            "split_rows"]

@@ -1,11 +1,11 @@
-"""Flat-array fuzzy tree and its numba firing kernel.
+"""Flat-array fuzzy tree: the fitted node arrays and the per-tree operations on them.
 
 A fitted FERL tree is a set of parallel arrays, one row per node, in creation order (a parent always
 precedes its children). Every internal node tests one feature with one fuzzy set given as a
 trapezoid ``(a, b, c, d)``: the left child receives the membership ``mu(x_f)`` ("f is S") and the
 right child ``1 - mu(x_f)`` ("f is not S"). A learned split "x_f <= theta +- h" (paper eq. 1) is the
 trapezoid ``(-inf, -inf, theta - h, theta + h)``; the fixed low / medium / high partitions of the
-compact variant are ordinary trapezoids. One membership kernel therefore serves both kinds.
+compact variant are ordinary trapezoids (`ferl._membership`). Firing is in `ferl._firing`.
 """
 
 from __future__ import annotations
@@ -13,215 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
-__all__ = ["FuzzyTree", "Firing", "trapezoid", "membership", "sparse_firing", "support_gate"]
+from ferl._firing import Firing, sparse_firing
+from ferl._membership import membership, support_gate, trapezoid
+
+__all__ = ["FuzzyTree", "trapezoid", "membership", "support_gate"]
 
 NO_CHILD = -1
 SPLIT_LEARNED = 0
 SPLIT_FIXED = 1
-
-
-@njit(cache=True, inline="always")
-def trapezoid(x: float, a: float, b: float, c: float, d: float) -> float:
-    """Membership of ``x`` in the trapezoid ``(a, b, c, d)``, a value in [0, 1].
-
-    1 on ``[b, c]``, linear ramps on ``[a, b]`` and ``[c, d]``, 0 outside ``[a, d]``. Infinite
-    ``a = b = -inf`` (or ``c = d = +inf``) give a shoulder; a degenerate ramp (``a == b``) is a step.
-    Implements paper eq. 1 for ``(-inf, -inf, theta - h, theta + h)``.
-    """
-    if x < a:
-        return 0.0
-    if x < b:
-        return (x - a) / (b - a)
-    if x <= c:
-        return 1.0
-    if x < d:
-        return (d - x) / (d - c)
-    return 0.0
-
-
-@njit(cache=True)
-def membership(xs, a, b, c, d):
-    """`trapezoid` over an array: ndarray of shape (m,) float64 in [0, 1]."""
-    out = np.empty(xs.shape[0])
-    for i in range(xs.shape[0]):
-        out[i] = trapezoid(xs[i], a, b, c, d)
-    return out
-
-
-@njit(cache=True, inline="always")
-def support_gate(x: float, lo: float, hi: float, margin: float) -> float:
-    """Bounded-support gate of paper section 3.1 / appendix A.2, a value in [0, 1].
-
-    1 on the observed range ``[lo, hi]`` (edges included), linear decay to 0 over ``margin`` on each
-    side, 0 beyond. ``margin`` must be > 0.
-    """
-    if x < lo:
-        g = 1.0 - (lo - x) / margin
-    elif x > hi:
-        g = 1.0 - (x - hi) / margin
-    else:
-        return 1.0
-    return g if g > 0.0 else 0.0
-
-
-@njit(cache=True)
-def _walk(X, i, feature, trap, left, right, lo, hi, margin, gates, indptr, node, phi, phi0, lost, e):
-    """Walk the samples from ``i`` on while a whole sample's entries still fit (at most n_nodes),
-    writing from entry ``e`` on; returns the next sample and the next entry.
-
-    Pending nodes are kept sorted by decreasing index and the smallest is taken next, so each
-    sample's nodes come out in index order (a child's index exceeds its parent's).
-    """
-    n = X.shape[0]
-    n_nodes = feature.shape[0]
-    pending = np.empty(n_nodes + 1, dtype=np.int64)
-    pending_phi = np.empty(n_nodes + 1)
-    pending_phi0 = np.empty(n_nodes + 1)
-    while i < n and node.shape[0] - e >= n_nodes:
-        indptr[i] = e
-        pending[0] = 0
-        pending_phi[0] = 1.0
-        pending_phi0[0] = 1.0
-        top = 1
-        while top > 0:
-            top -= 1
-            o = pending[top]
-            p = pending_phi[top]
-            p0 = pending_phi0[top]
-            node[e] = o
-            phi[e] = p
-            phi0[e] = p0
-            lost[e] = 0.0
-            e += 1
-            f = feature[o]
-            if f < 0:
-                continue
-            x = X[i, f]
-            if gates and p > 0.0:
-                g = support_gate(x, lo[o], hi[o], margin[o])
-                lost[e - 1] = p * (1.0 - g)
-                p = p * g
-            m = trapezoid(x, trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3])
-            for side in range(2):
-                if side == 0:
-                    child, q, q0 = right[o], p * (1.0 - m), p0 * (1.0 - m)
-                else:
-                    child, q, q0 = left[o], p * m, p0 * m
-                if q0 > 0.0:  # insert, keeping the pending nodes sorted by decreasing index
-                    t = top
-                    while t > 0 and pending[t - 1] < child:
-                        pending[t] = pending[t - 1]
-                        pending_phi[t] = pending_phi[t - 1]
-                        pending_phi0[t] = pending_phi0[t - 1]
-                        t -= 1
-                    pending[t] = child
-                    pending_phi[t] = q
-                    pending_phi0[t] = q0
-                    top += 1
-        i += 1
-    return i, e
-
-
-@njit(cache=True)
-def sparse_firing(X, feature, trap, left, right, lo, hi, margin, gates):
-    """Firing of the nodes each sample reaches, one walk per sample (sparse rows).
-
-    The walk follows a child only where its ungated firing is non-zero, so a sample costs
-    O(nodes it reaches), not O(nodes): the fuzzy bands are narrow and a sample reaches a few paths
-    of the tree. Each sample's nodes come out in index order, the order of the dense kernels
-    this replaces, so sums over them are the same floats.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features), float64
-    feature : ndarray of shape (n_nodes,), int64
-        Split feature of each node, -1 for leaves.
-    trap : ndarray of shape (n_nodes, 4), float64
-        Trapezoid of the left child's fuzzy set (any value at leaves).
-    left, right : ndarray of shape (n_nodes,), int64
-        Children, -1 for leaves.
-    lo, hi, margin : ndarray of shape (n_nodes,), float64
-        Observed training range of the split feature at the node and the gate margin.
-    gates : bool
-        Apply the bounded-support gates (paper section 3.1).
-
-    Returns
-    -------
-    indptr : ndarray of shape (n_samples + 1,), int64
-        Sample ``i``'s entries are ``indptr[i]:indptr[i + 1]``.
-    node : ndarray of shape (n_entries,), int64
-        Nodes with non-zero ungated firing, increasing within a sample.
-    phi : ndarray of shape (n_entries,), float64 in [0, 1]
-        Firing reaching the node (root = 1), after the gates of its ancestors.
-    phi0 : ndarray of shape (n_entries,), float64 in (0, 1]
-        The same firing with the gates off (equal to ``phi`` when ``gates`` is False).
-    lost : ndarray of shape (n_entries,), float64 in [0, 1]
-        ``phi_o (1 - gamma_o)``: routing mass lost at each internal node (appendix eq. 8); 0 at leaves.
-    """
-    n = X.shape[0]
-    n_nodes = feature.shape[0]
-    cap = 16 * n + n_nodes
-    indptr = np.empty(n + 1, dtype=np.int64)
-    node = np.empty(cap, dtype=np.int64)
-    phi = np.empty(cap)
-    phi0 = np.empty(cap)
-    lost = np.empty(cap)
-    i, e = _walk(X, 0, feature, trap, left, right, lo, hi, margin, gates, indptr, node, phi, phi0,
-                 lost, 0)
-    while i < n:  # out of room: grow by the entries per sample seen so far, and go on
-        cap = e + (n - i) * (e // i + 1) + n_nodes
-        node = _grown(node, e, cap)
-        phi = _grown(phi, e, cap)
-        phi0 = _grown(phi0, e, cap)
-        lost = _grown(lost, e, cap)
-        i, e = _walk(X, i, feature, trap, left, right, lo, hi, margin, gates, indptr, node, phi,
-                     phi0, lost, e)
-    indptr[n] = e
-    return indptr, node[:e], phi[:e], phi0[:e], lost[:e]
-
-
-@njit(cache=True)
-def _grown(a, used, cap):
-    out = np.empty(cap, dtype=a.dtype)
-    out[:used] = a[:used]
-    return out
-
-
-@dataclass(frozen=True)
-class Firing:
-    """Sparse node firings of a batch of samples (see `sparse_firing`): sample ``i`` reaches the
-    nodes ``node[indptr[i]:indptr[i + 1]]`` (in index order) with firings ``phi`` (gated),
-    ``phi0`` (ungated) and gate losses ``lost`` at the same positions."""
-
-    indptr: np.ndarray
-    node: np.ndarray
-    phi: np.ndarray
-    phi0: np.ndarray
-    lost: np.ndarray
-
-    @property
-    def n_samples(self) -> int:
-        return self.indptr.shape[0] - 1
-
-    @classmethod
-    def from_dense(cls, phi: np.ndarray) -> Firing:
-        """The entries of a dense firing matrix (n_samples, n_nodes); zeros are left out, ``phi0``
-        is ``phi`` and ``lost`` is 0."""
-        phi = np.asarray(phi, dtype=np.float64)
-        fired = phi > 0.0
-        indptr = np.concatenate([[0], np.cumsum(fired.sum(axis=1))]).astype(np.int64)
-        values = phi[fired]
-        return cls(indptr, np.nonzero(fired)[1].astype(np.int64), values, values,
-                   np.zeros_like(values))
-
-    def dense(self, values: np.ndarray, n_nodes: int) -> np.ndarray:
-        """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros
-        elsewhere."""
-        out = np.zeros((self.n_samples, n_nodes))
-        out[np.repeat(np.arange(self.n_samples), np.diff(self.indptr)), self.node] = values
-        return out
 
 
 @dataclass
@@ -359,16 +159,17 @@ class FuzzyTree:
         """Sparse firings of the rows of ``X`` (n, n_features); see `sparse_firing`."""
         lo, hi, trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
             np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))
+        X = np.ascontiguousarray(X, dtype=np.float64)
         return Firing(*sparse_firing(
-            np.ascontiguousarray(X, dtype=np.float64), self.feature, trap, self.left, self.right,
-            lo, hi, np.ascontiguousarray(margin, dtype=np.float64), gates,
-        ))
+            X, self.feature, trap, self.left, self.right, lo, hi,
+            np.ascontiguousarray(margin, dtype=np.float64), gates,
+        ), n_samples=X.shape[0])
 
     def firing(self, X: np.ndarray, gates: bool, margin: np.ndarray):
         """Dense firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see
         `sparse_firing`. Memory grows as n x n_nodes: batch large inputs."""
         fired = self.sparse_firing(X, gates, margin)
-        return fired.dense(fired.phi, self.n_nodes), fired.dense(fired.lost, self.n_nodes)
+        return fired.dense(fired.phi), fired.dense(fired.lost)
 
     def path_mask(self, n_features: int) -> np.ndarray:
         """Features tested on each node's root-to-node path.

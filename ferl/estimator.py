@@ -220,8 +220,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             )
         self.feature_names_ = self._resolve_feature_names(feature_names, X.shape[1])
         positive = sw > 0
-        Xp = X[positive]
-        self.feature_range_ = np.stack([Xp.min(axis=0), Xp.max(axis=0)], axis=1)
+        rows = positive[:, None]  # the range of the positive-weight rows, without copying them
+        self.feature_range_ = np.stack([X.min(axis=0, where=rows, initial=np.inf),
+                                        X.max(axis=0, where=rows, initial=-np.inf)], axis=1)
         settings = self._growth_settings(float(sw.sum()), int(positive.sum()))
         sets = fixed_partitions(X, sw) if settings.partition == "fixed" else None
         self.partitions_ = sets
@@ -400,7 +401,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
         X = self._check_X(X)
         fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
-        phi, lost = (fired.dense(v, self.tree_.n_nodes) for v in (fired.phi, fired.lost))
+        phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
         novelty = analyse(self.tree_, X, fired)
         radius = certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
         return build_explanation(self, phi, novelty.ranked(self.feature_names_, top_k)[0],

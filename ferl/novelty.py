@@ -33,7 +33,8 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ferl._tree import Firing, FuzzyTree
+from ferl._firing import Firing
+from ferl._tree import FuzzyTree
 
 __all__ = [
     "VAR_FLOOR",
@@ -131,26 +132,27 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
 
 
 @njit(cache=True)
-def _free_scores(X, indptr, node, phi0, mean, inv_var, free, n_free):
+def _free_scores(X, start, count, rows, phi0, mean, inv_var, free, n_free):
     """Firing-weighted free-feature scores over all nodes (see `Novelty`).
 
-    The firings are sparse (`ferl._tree.sparse_firing`): sample ``i`` reaches the nodes
-    ``node[indptr[i]:indptr[i + 1]]`` (in index order) with ungated firings ``phi0``. Returns
-    ``anomaly`` (n, d): per feature, the ``phi0``-weighted mean of ``z_of^2`` over the nodes where
-    ``f`` is free; ``residual`` (n,): the ``phi0``-weighted mean over nodes with a free feature of
-    the per-node mean ``z_of^2``.
+    The firings are sparse (`ferl._firing.sparse_firing`): node ``o`` is reached by the samples
+    ``rows[start[o]:start[o] + count[o]]`` with ungated firings ``phi0``; nodes are taken in index
+    order. Returns ``anomaly`` (n, d): per feature, the ``phi0``-weighted mean of ``z_of^2`` over
+    the nodes where ``f`` is free; ``residual`` (n,): the ``phi0``-weighted mean over nodes with a
+    free feature of the per-node mean ``z_of^2``.
     """
     n, d = X.shape
     anomaly = np.zeros((n, d))
-    weight = np.zeros(d)
+    weight = np.zeros((n, d))
     residual = np.zeros(n)
-    for i in range(n):
-        weight[:] = 0.0
-        node_weight = 0.0
-        for e in range(indptr[i], indptr[i + 1]):
-            o = node[e]
+    node_weight = np.zeros(n)
+    for o in range(start.shape[0]):
+        if n_free[o] == 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            i = rows[e]
             p = phi0[e]
-            if p <= 0.0 or n_free[o] == 0:
+            if p <= 0.0:
                 continue
             total = 0.0
             for f in range(d):
@@ -158,29 +160,31 @@ def _free_scores(X, indptr, node, phi0, mean, inv_var, free, n_free):
                     z = X[i, f] - mean[o, f]
                     z2 = z * z * inv_var[o, f]
                     anomaly[i, f] += p * z2
-                    weight[f] += p
+                    weight[i, f] += p
                     total += z2
             residual[i] += p * total / n_free[o]
-            node_weight += p
+            node_weight[i] += p
+    for i in range(n):
         for f in range(d):
-            if weight[f] > 0.0:
-                anomaly[i, f] /= weight[f]
-        if node_weight > 0.0:
-            residual[i] /= node_weight
+            if weight[i, f] > 0.0:
+                anomaly[i, f] /= weight[i, f]
+        if node_weight[i] > 0.0:
+            residual[i] /= node_weight[i]
     return anomaly, residual
 
 
 @njit(cache=True)
-def _routing_loss(indptr, node, lost, feature, d):
+def _routing_loss(start, count, rows, lost, feature, n, d):
     """Gate losses summed by split feature (n, d) and in total (n,), from sparse firings."""
-    n = indptr.shape[0] - 1
     loss = np.zeros((n, d))
     total = np.zeros(n)
-    for i in range(n):
-        for e in range(indptr[i], indptr[i + 1]):
+    for o in range(start.shape[0]):
+        if feature[o] < 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
             if lost[e] > 0.0:
-                loss[i, feature[node[e]]] += lost[e]
-                total[i] += lost[e]
+                loss[rows[e], feature[o]] += lost[e]
+                total[rows[e]] += lost[e]
     return loss, total
 
 
@@ -311,7 +315,7 @@ def analyse(tree: FuzzyTree, X: np.ndarray, firing: Firing) -> Novelty:
     tree : FuzzyTree
         A fitted tree with free-feature Gaussians (`fit_free_gaussians`).
     X : ndarray of shape (n_samples, n_features), float64, finite
-    firing : ferl._tree.Firing
+    firing : ferl._firing.Firing
         The sparse firings of ``X`` (`FuzzyTree.sparse_firing`), gates as configured: the routing
         loss and the firing use the gated ``phi`` and ``lost``, the free-feature scores always
         weight nodes by the ungated ``phi0``.
@@ -330,7 +334,10 @@ def analyse(tree: FuzzyTree, X: np.ndarray, firing: Firing) -> Novelty:
     d = X.shape[1]
     mean, inv_var, free, n_free = tree.derived(
         "free_gaussians", (tree.free_mean, tree.free_var), lambda: _free_gaussians(tree))
-    loss, lost = _routing_loss(firing.indptr, firing.node, firing.lost, tree.feature, d)
-    anomaly, residual = _free_scores(np.ascontiguousarray(X, dtype=np.float64), firing.indptr,
-                                     firing.node, firing.phi0, mean, inv_var, free, n_free)
+    n = firing.n_samples
+    loss, lost = _routing_loss(firing.start, firing.count, firing.rows, firing.lost, tree.feature,
+                               n, d)
+    anomaly, residual = _free_scores(np.ascontiguousarray(X, dtype=np.float64), firing.start,
+                                     firing.count, firing.rows, firing.phi0, mean, inv_var, free,
+                                     n_free)
     return Novelty(loss, anomaly, residual, np.maximum(1.0 - lost, 0.0))

@@ -6,7 +6,8 @@ from sklearn.datasets import make_classification
 
 import ferl._readout as readout
 from ferl import FERLClassifier
-from ferl._tree import Firing, trapezoid
+from ferl._firing import Firing
+from ferl._membership import trapezoid
 
 
 def _fit(variant="deep", seed=0, **params):
@@ -42,14 +43,13 @@ def test_sparse_firing_matches_the_reference_inside_and_outside_the_support(vari
     Z = np.vstack([X[:40], rng.normal(scale=4.0, size=(40, X.shape[1]))])
     margin = clf._gate_margin()
     fired = clf.tree_.sparse_firing(Z, gates, margin)
-    n_nodes = clf.tree_.n_nodes
-    phi, phi0, lost = (fired.dense(v, n_nodes) for v in (fired.phi, fired.phi0, fired.lost))
+    phi, phi0, lost = (fired.dense(v) for v in (fired.phi, fired.phi0, fired.lost))
     for i, z in enumerate(Z):
         ref = _reference(clf.tree_, z, margin, gates)
         np.testing.assert_allclose(phi[i], ref[0], rtol=0, atol=1e-15)
         np.testing.assert_allclose(phi0[i], ref[1], rtol=0, atol=1e-15)
         np.testing.assert_allclose(lost[i], ref[2], rtol=0, atol=1e-15)
-    assert len(fired.node) == (np.vstack([_reference(clf.tree_, z, margin, gates)[1]
+    assert fired.count.sum() == (np.vstack([_reference(clf.tree_, z, margin, gates)[1]
                                             for z in Z]) > 0).sum()  # no zero entry kept
 
 
@@ -61,17 +61,16 @@ def test_sparse_firing_grows_when_samples_reach_more_nodes_than_first_guessed():
     tree.trap[internal, 2], tree.trap[internal, 3] = -1e6, 1e6  # every band covers the data
     assert tree.n_nodes > 30
     fired = tree.sparse_firing(X, False, clf._gate_margin())
-    assert len(fired.node) == X.shape[0] * tree.n_nodes  # every sample reaches every node
+    assert fired.count.sum() == X.shape[0] * tree.n_nodes  # every sample reaches every node
     leaves = tree.is_leaf
-    np.testing.assert_allclose(fired.dense(fired.phi, tree.n_nodes)[:, leaves].sum(axis=1), 1.0,
-                               atol=1e-12)
+    np.testing.assert_allclose(fired.dense(fired.phi)[:, leaves].sum(axis=1), 1.0, atol=1e-12)
 
 
 def test_firing_from_dense_round_trips():
     phi = np.array([[1.0, 0.0, 0.25], [1.0, 0.5, 0.0]])
     fired = Firing.from_dense(phi)
-    np.testing.assert_array_equal(fired.dense(fired.phi, 3), phi)
-    np.testing.assert_array_equal(fired.indptr, [0, 2, 4])
+    np.testing.assert_array_equal(fired.dense(fired.phi), phi)
+    np.testing.assert_array_equal(fired.count, [2, 1, 1])
 
 
 @pytest.mark.parametrize("combination", ["dempster", "cautious"])
