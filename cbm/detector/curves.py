@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 __all__ = ["read_training_log", "training_curves_figure"]
 
@@ -81,6 +82,7 @@ def training_curves_figure(logs: Mapping[str, pd.DataFrame], title: str = "") ->
     axes[0].set(xlabel="epoch", ylabel="BCE loss", title="Losses")
     axes[1].set(xlabel="epoch", ylabel="validation metric", title="Validation concept metrics")
     for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.title.set_fontsize(9)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:

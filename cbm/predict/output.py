@@ -115,7 +115,8 @@ def write_page(pred: Predictions, out: str | os.PathLike, *, title: str = "Predi
             image = None
         ex = pred.explain(i)
         name = f"{FIGURES}/{i + 1}.png"
-        atomic_write_bytes(out / name, figure_png(evidence_figure(ex, image, str(row["input"])), dpi=80))
+        figure = evidence_figure(ex, image, str(row["input"]))  # laid out with tight_layout
+        atomic_write_bytes(out / name, figure_png(figure, dpi=80, tight=False))
         written.add(out / name)
         decision = "**flagged as novel**" if row["ood_flag"] else "within the training distribution"
         lines += [f"![evidence of {row['input']}]({name})", "",
