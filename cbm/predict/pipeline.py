@@ -155,7 +155,8 @@ class Pipeline:
         Raises
         ------
         FileNotFoundError
-            Not a run directory, or the head is missing (the saved heads are listed).
+            Not a run directory, the head is missing (the saved heads are listed), or a calibrated
+            head without the run's ``calibration.json``.
         ValueError
             A head that is not FERL, a CUDA device without CUDA, a checkpoint whose concepts differ
             from the head's (the difference is listed), bad ``batch_size`` / ``top_k``.
@@ -167,6 +168,9 @@ class Pipeline:
         if not isinstance(model, FERLHead):
             raise ValueError(f"head {head!r} is not a FERL head: predict needs credal sets and OOD scores; "
                              f"the run's heads: {run.heads()}")
+        if inputs == "calibrated" and run.calibrator is None:
+            raise FileNotFoundError(f"{Path(run_dir) / 'calibration.json'} not found: the calibrated head "
+                                    "needs the run's calibrator (fit-head writes it)")
         threshold = model.ood_threshold_
         if threshold is None:  # a head saved before fit-head stored thresholds
             threshold = model.fit_ood_threshold(run.concepts("val", inputs))

@@ -143,3 +143,6 @@ def test_a_head_saved_without_a_threshold_gets_one_fitted_on_val(run, tmp_path, 
     with caplog.at_level(logging.WARNING):
         pipe = Pipeline.from_run(copy)
     assert "no stored OOD threshold" in caplog.text and pipe.threshold == stored
+    (copy / "calibration.json").unlink()
+    with pytest.raises(FileNotFoundError, match="the calibrated head needs the run's calibrator"):
+        Pipeline.from_run(copy)
