@@ -17,6 +17,7 @@ from lightning.pytorch import Trainer
 from cbm.data import ConceptDataModule
 from cbm.detector.module import ConceptDetector
 from cbm.detector.train import quiet_library_noise, train_detector
+from cbm.runtime import add_threads_argument, set_threads
 
 __all__ = ["detector_parser", "train_detector_main"]
 
@@ -54,6 +55,7 @@ def detector_parser() -> ArgumentParser:
                         help="'imbalance': Koh et al.'s per-concept positive weights")
     parser.add_argument("--export_splits", type=list[str], default=["train", "val", "test"],
                         help="splits whose concept probabilities are written to concepts/")
+    add_threads_argument(parser)
     parser.add_class_arguments(ConceptDataModule, "data", skip={"table"})
     parser.add_class_arguments(ConceptDetector, "model", skip=_DATA_DERIVED)
     parser.add_class_arguments(Trainer, "trainer", skip=_JOB_OWNED, fail_untyped=False)
@@ -70,6 +72,7 @@ def train_detector_main(argv: Sequence[str] | None = None) -> None:
     cfg = parser.parse_args(argv)
     quiet_library_noise()
     try:
+        set_threads(cfg.threads)
         run = train_detector(
             ConceptDataModule(**cfg.data.as_dict()),
             run_dir=cfg.run_dir,

@@ -40,6 +40,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from cbm.data.concept_tables import check_concept_names, save_concept_table
 from cbm.detector.checkpoint import checkpoint_concept_names
 from cbm.detector.module import ConceptDetector, concept_metrics, imbalance_pos_weight
+from cbm.runtime import thread_settings
 from ferl.persist import atomic_write_text
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
@@ -145,7 +146,7 @@ def _git_commit() -> dict[str, Any]:
 
 
 def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
-    """Versions, seed, git commit and device of this session (JSON-able)."""
+    """Versions, seed, git commit, device and CPU threads of this session (JSON-able)."""
     packages = {}
     for dist in ("ferl-cbm", "torch", "torchvision", "lightning", "timm", "torchmetrics", "numpy",
                  "scikit-learn", "jsonargparse", "wandb"):
@@ -174,6 +175,7 @@ def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
             "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             if cuda else [],
         },
+        "threads": thread_settings(),
     }
 
 
