@@ -6,11 +6,15 @@
                              class-disjoint folds, and the concept-table files the stages exchange
            ─► cbm.detector   image → concept probabilities: timm backbone + one sigmoid per concept,
                              Lightning training job, ``train-detector``
-           ─► cbm.concepts   per-concept isotonic calibration of the detector's probabilities
+           ─► cbm.concepts   per-concept isotonic calibration of the detector's probabilities;
+                             concept groups and expert values of interventions
            ─► cbm.heads      concepts → class: FERL (compact / medium / deep), CART, LR heads,
-                             ``fit-head`` and the heads table
+                             ``fit-head`` and the heads table; heads re-run on intervened
+                             concepts and the intervention policies
            ─► cbm.openworld  held-out-class protocol against kNN / Mahalanobis / Isolation Forest,
                              ``evaluate-openworld``
+           ─► cbm.interventions  test-time concept interventions on a run: curves against the
+                             number of answered groups, ``evaluate-interventions``
            ─► cbm.report     run reader, report.md with tables, plots and example explanations
                              (``python -m cbm.report``)
            ─► cbm.demo       the ``make demo`` driver: every stage on the synthetic world
