@@ -182,6 +182,6 @@ def curves_figure(frame: pd.DataFrame) -> Figure:
             if ax.lines and row == 0 and col == 0:
                 ax.legend(fontsize=7)
             if not ax.lines:
-                ax.set_axis_off()
+                ax.set_visible(False)
     fig.tight_layout()
     return fig

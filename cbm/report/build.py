@@ -4,6 +4,7 @@
 an ``evaluate-openworld`` output folder) and writes, atomically::
 
     <run>/report.md              concept accuracy, heads (raw vs calibrated), open world,
+                                 concept interventions (from ``interventions/``, when run),
                                  three example explanations, the FERL rules and tree
     <run>/plots/{concept_accuracy,heads,tree}.png
     <run>/examples/<kind>.png    the example's input image (enlarged)
@@ -30,6 +31,7 @@ from jsonargparse import ArgumentParser
 from cbm.detector import concept_metrics
 from cbm.heads.tables import HEAD_LABELS, heads_markdown
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
+from cbm.report.interventions import interventions_section
 from cbm.report.plots import (
     concept_accuracy_figure,
     evidence_figure,
@@ -204,6 +206,7 @@ def build_report(
         written["plots/heads.png"] = figure_png(heads_figure(run.metrics["fit_head"]))
     lines += _heads_section(run)
     lines += _openworld_section(run_dir, None if openworld is None else Path(openworld))
+    lines += interventions_section(run_dir)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
               "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "
