@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -99,3 +100,18 @@ def test_the_console_script_reports_bad_input(tiny_run, tmp_path, capsys):
     assert "Test accuracy" in capsys.readouterr().out
     frame = pd.read_csv(tmp_path / "both" / "curves.csv")
     assert sorted(frame["k"].unique()) == [0, 1, 3, 7] and frame["run"].nunique() == 1
+
+
+def test_an_open_world_folder_counts_each_fold_as_a_run(tiny_run, tmp_path):
+    out = tmp_path / "openworld"
+    for fold in ("seed0/fold0", "seed1/fold0"):  # folds keep tables and calibration, not heads
+        shutil.copytree(tiny_run / "concepts", out / fold / "concepts")
+        shutil.copy(tiny_run / "calibration.json", out / fold / "calibration.json")
+    (out / "folds.json").write_text("{}")
+    settings = InterventionSettings(heads=("ferl-deep",), fits=("sequential",), policies=("evidence",),
+                                    max_rows=8)
+    result = evaluate_interventions([out], settings)
+    assert set(result["frame"]["run"]) == {"openworld/seed0/fold0", "openworld/seed1/fold0"}
+    assert (out / "interventions" / "interventions.md").is_file()
+    assert (out / "seed1" / "fold0" / "interventions" / "curves.csv").is_file()
+    assert "mean ± std over 2 runs" in (out / "interventions" / "interventions.md").read_text()
