@@ -178,7 +178,7 @@ def evaluate_run(name: str, run_dir: Path,
 
 def _write(out: Path, frame: pd.DataFrame, truth: pd.DataFrame, info: dict) -> dict[str, Path]:
     buf = io.BytesIO()
-    curves_figure(frame).savefig(buf, format="png", dpi=100)
+    curves_figure(frame).savefig(buf, format="png", dpi=80)
     files = {
         "curves": atomic_write_text(out / "curves.csv", frame.to_csv(index=False)),
         "true_concepts": atomic_write_text(out / "true_concepts.csv", truth.to_csv(index=False)),
