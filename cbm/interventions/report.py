@@ -134,14 +134,15 @@ def curves_markdown(frame: pd.DataFrame, true_acc: pd.DataFrame, info: dict) -> 
     s = info["settings"]
     runs = info["runs"]
     over = f"mean ± std over {len(runs)} runs" if len(runs) > 1 else f"run `{runs[0]}`"
+    rows = ", ".join(f"{k} {v}" for k, v in info["rows"].items())
     lines = [
         f"# {info['title']}", "",
         f"An expert answers, for each input, the concept groups a policy picks, with the input's true "
         f"concept labels; the head is re-run on the answered concepts. {info['n_groups']} groups "
         f"({info['n_one_hot']} one-hot); heads read {s['inputs']} concepts; answers enter a head as "
         f"0 / 1, or for LR heads as the 5th / 95th percentile of its training inputs (Koh et al. 2020) "
-        f"(expert mode `{s['expert']}`). Rows: " + ", ".join(f"{k} {v}" for k, v in info["rows"].items())
-        + f"; {over}. *sequential* heads are fit-head's (fitted on the detector's concepts), *independent* "
+        f"(expert mode `{s['expert']}`). Rows{' (all runs)' if len(runs) > 1 else ''}: {rows}; {over}."
+        f" *sequential* heads are fit-head's (fitted on the detector's concepts), *independent* "
         "heads are fitted on the true training concepts (Koh et al.'s independent bottleneck).", "",
         "## Test accuracy (%) after k answered groups", "", *_accuracy_table(mean, true_acc),
         "\"k within 1 pt of full\": fewest groups whose mean accuracy is within one point (either side) of "
