@@ -383,6 +383,7 @@ def train_detector(
             path, probs=probs, concept_labels=ds.concept_labels, y=ds.targets,
             concept_names=export_model.concept_names, class_names=datamodule.class_names,
             sample_ids=ds.sample_ids, split=split,
+            concept_groups=getattr(datamodule, "concept_groups", None),
         )
         run.tables[split] = path
         metrics = concept_metrics(table.probs, table.concept_labels)

@@ -4,6 +4,7 @@
 an ``evaluate-openworld`` output folder) and writes, atomically::
 
     <run>/report.md              concept accuracy, heads (raw vs calibrated), curves, open world,
+                                 concept interventions (from ``interventions/``, when run),
                                  three example explanations, the FERL rules and tree
     <run>/plots/{concept_accuracy,heads,tree}.png
     <run>/plots/{training_curves,risk_coverage,reliability,confusion}.png   (cbm.report.curves)
@@ -32,6 +33,7 @@ from cbm.detector import concept_metrics
 from cbm.heads.tables import HEAD_LABELS, heads_markdown
 from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
+from cbm.report.interventions import interventions_section
 from cbm.report.plots import (
     concept_accuracy_figure,
     evidence_figure,
@@ -209,6 +211,7 @@ def build_report(
     lines += _heads_section(run)
     lines += curves_section(run, model, head, inputs, written)
     lines += _openworld_section(run_dir, None if openworld is None else Path(openworld))
+    lines += interventions_section(run_dir)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
               "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "
