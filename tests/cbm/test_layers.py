@@ -10,8 +10,8 @@ import pytest
 import cbm
 
 CBM = Path(cbm.__file__).resolve().parent
-#: The stages in data-flow order (`cbm`'s module map).
-STAGES = ("data", "detector", "concepts", "heads", "openworld", "report", "demo")
+#: The stages in data-flow order (`cbm`'s module map), after the plumbing every console script shares.
+STAGES = ("jobs", "data", "detector", "concepts", "heads", "openworld", "report", "demo")
 
 
 def _stage(module: str) -> str | None:
