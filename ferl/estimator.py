@@ -18,7 +18,7 @@ from ferl._partitions import fixed_partitions
 from ferl.evidence import Evidence, combine
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, fit_free_gaussians
-from ferl.rules import Rule, extract_rules, format_rules
+from ferl.rules import Rule, extract_rules, fires_alone, format_rules, format_summary
 
 __all__ = ["FERLClassifier", "PRESETS"]
 
@@ -106,6 +106,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Names used in rules: ``feature_names_in_``, the ``feature_names`` given to `fit`, or x0, x1...
     n_rules_ : int
         Number of leaves.
+    rule_alone_ : ndarray of shape (n_rules_,) or None
+        Share of the training weight on which each rule holds more than half the firing
+        (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     """
 
     _parameter_constraints: dict = {
@@ -240,6 +243,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
                 f"(e.g. standardise it) before fitting"
             )
         self.n_rules_ = int(self.tree_.is_leaf.sum())
+        self.rule_alone_ = fires_alone(lambda Z: self._firing(Z)[0], X, sw, self.tree_.is_leaf)
         return self
 
     def _resolve_feature_names(self, feature_names, n_features):
@@ -392,14 +396,48 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ rules
     @property
     def rules_(self) -> list[Rule]:
-        """Every rule (leaf) as a `ferl.rules.Rule`: named conditions, consequent, support, id."""
+        """Every rule (leaf) as a `ferl.rules.Rule`: merged named conditions (thresholds with at
+        least 2 decimals), consequent, support, confidence, alone share, id."""
+        return self._rules(2)
+
+    def _rules(self, digits: int) -> list[Rule]:
         check_is_fitted(self, "tree_")
-        return extract_rules(self.tree_, self.feature_names_, self.classes_)
+        return extract_rules(self.tree_, self.feature_names_, self.classes_, self.rule_alone_, digits)
 
     def export_text(self, digits: int = 2, style: str = "text") -> str:
-        """The rule list with the feature names: one ``rule <id>: IF ... THEN ...`` line per rule, or
-        a Markdown table (``style="markdown"``); see `ferl.rules`. Stable for a fixed ``random_state``."""
-        return format_rules(self.rules_, digits, style)
+        """The rule list with the feature names and one merged condition per feature.
+
+        Parameters
+        ----------
+        digits : int >= 0, default=2
+            Decimals of probabilities, supports and shares, and minimum decimals of thresholds.
+        style : {"text", "markdown"}, default="text"
+            One ``rule <id>: IF ... THEN class [distribution] (confidence, support, alone)`` line per
+            rule, or a Markdown table; see `ferl.rules` for how merged fuzzy conditions read.
+
+        Returns
+        -------
+        str
+            Stable for a fixed ``random_state``.
+
+        Raises
+        ------
+        ValueError
+            Unknown style or negative ``digits``.
+        sklearn.exceptions.NotFittedError
+            The model is not fitted.
+        """
+        if not isinstance(digits, Integral) or digits < 0:
+            raise ValueError(f"digits must be a non-negative integer, got {digits!r}")
+        return format_rules(self._rules(int(digits)), int(digits), style)
+
+    def __str__(self) -> str:
+        """``print(clf)``: the short rule list, as imodels' models print (a header, then ``rule <id>:
+        IF ... THEN class (confidence, support, alone)`` per rule); ``repr(clf)`` stays
+        scikit-learn's, and ``str`` is that repr while the model is not fitted."""
+        if not hasattr(self, "tree_"):
+            return repr(self)
+        return format_summary(repr(self), self.rules_)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike):

@@ -12,7 +12,7 @@ from PIL import Image
 
 import cbm.report
 from cbm.demo import TINY, fingerprint, headline, prepare_run_dir, run_demo
-from cbm.report import build_report, demote_headings
+from cbm.report.build import build_report, demote_headings
 from cbm.report.examples import pick_examples
 from cbm.report.plots import concept_accuracy_figure, heads_figure, tree_figure
 from cbm.report.run import load_run
