@@ -87,7 +87,7 @@ class FolderBusyError(OSError):
     """Another process holds the folder's write lock (`folder_lock`); the message names it."""
 
 
-_HELD: dict[str, list] = {}  # resolved folder -> [file descriptor, depth], this process's locks
+_HELD: set[str] = set()  # resolved folders whose lock this process holds
 _HELD_GUARD = threading.Lock()
 
 
@@ -111,40 +111,43 @@ def folder_lock(folder: str | os.PathLike) -> Iterator[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     key = str(folder.resolve())
     with _HELD_GUARD:
-        held = _HELD.get(key)
-        if held is not None:
-            held[1] += 1
-    if held is not None:
-        try:
-            yield folder
-        finally:
-            with _HELD_GUARD:
-                held[1] -= 1
+        nested = key in _HELD
+        _HELD.add(key)
+    if nested:
+        yield folder
         return
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    try:
+        fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666 & ~_umask())
+    except BaseException:
+        _HELD.discard(key)
+        raise
     try:
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                owner = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "unknown"
-                raise FolderBusyError(
-                    f"{folder} is being written by another process ({owner}); wait for it to finish or "
-                    "write to another folder") from None
+                raise FolderBusyError(f"{folder} is being written by another process ({_holder(fd)}); wait "
+                                      "for it to finish or write to another folder") from None
         holder = {"pid": os.getpid(), "command": " ".join(sys.argv),
                   "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(holder).encode(), 0)
-        with _HELD_GUARD:
-            _HELD[key] = held = [fd, 1]
-        try:
-            _settle_steps(folder)
-            yield folder
-        finally:
-            with _HELD_GUARD:
-                del _HELD[key]
+        _settle_steps(folder)
+        yield folder
     finally:
+        with _HELD_GUARD:
+            _HELD.discard(key)
         os.close(fd)  # releases the flock
+
+
+def _holder(fd: int) -> str:
+    """Who holds a lock, from what its holder wrote into the lock file."""
+    text = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+    try:
+        doc = json.loads(text)
+        return f"pid {doc['pid']}, `{doc['command']}`, since {doc['since']}"
+    except (ValueError, KeyError, TypeError):
+        return text.strip() or "unknown"
 
 
 # ----------------------------------------------------------------------------- versioned folders

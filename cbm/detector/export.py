@@ -57,12 +57,21 @@ def export_concept_tables(
         Split name -> its table file.
     metrics : dict of str to dict
         Split name -> concept metrics plus ``n``.
+
+    Raises
+    ------
+    SystemExit
+        SIGTERM arrived during a prediction while Lightning's handler was the only one (a caller
+        without a handler of its own: Lightning would note the signal and finish the export).
     """
     predictor = Trainer(accelerator=accelerator, devices=1, precision=precision, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     tables: dict[str, ConceptTable] = {}
     for split, loader in loaders.items():
         probs = torch.cat(predictor.predict(model, dataloaders=loader)).float().cpu().numpy()
+        if predictor.received_sigterm:  # Lightning's handler notes SIGTERM during predict, then goes on
+            raise SystemExit(f"interrupted by SIGTERM while exporting the concept tables; the concept tables "
+                             f"and detector/metrics.json in {run_dir} are unchanged")
         ds = loader.dataset
         tables[split] = ConceptTable(
             probs=probs, concept_labels=ds.concept_labels, y=ds.targets,

@@ -248,6 +248,13 @@ def _rewrite(folder, json_edit=None, npz_edit=None):
     (None, lambda a: a.__setitem__("tree_value", a["tree_value"] * np.nan), "class distribution"),
     (None, lambda a: a.__setitem__("tree_trap", a["tree_trap"][:2]), "'trap'"),
     (None, lambda a: a.pop("feature_range"), "feature_range"),
+    # issue 18: values a fit never produces
+    (None, lambda a: a["tree_free_mean"].__setitem__((0, 0), np.nan), "free_mean of node 0, .*'x0' is nan"),
+    (None, lambda a: a["tree_free_var"].__setitem__((0, 1), -1.0), "free_var of node 0, .*'x1' is -1.0"),
+    (lambda d: d.update(classes=[0, 0, 2]), None, r"duplicated classes \['0'\]"),
+    (lambda d: d.update(feature_names=["a"] * 13), None, r"duplicated feature names \['a'\]"),
+    (None, lambda a: a["tree_lo"].__setitem__(0, a["tree_hi"][0] + 1), "node 0 has an observed range lo >"),
+    (None, lambda a: a["tree_trap"].__setitem__((0, 2), a["tree_trap"][0, 3] + 1), "not a <= b <= c <= d"),
 ])
 def test_load_rejects_hand_edited_models(tmp_path, wine, json_edit, npz_edit, match):
     X, y = wine

@@ -70,8 +70,16 @@ def test_a_kill_at_any_step_of_a_save_leaves_the_old_or_the_new_model(tmp_path, 
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     state = _which(tmp_path, X, a, b)
     assert state == "new" if not killed else state in ("old", "new")
-    b.save(tmp_path)  # the next save clears what the kill left
+
+
+def test_the_next_save_clears_what_a_kill_left(tmp_path, two_models, child):
+    X, a, b = two_models
+    a.save(tmp_path)
+    assert os.WIFSIGNALED(child.run(lambda: b.save(tmp_path), kill_at=4))  # inside the new version
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("v-")]) == 2
+    b.save(tmp_path)
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("v-")]) == 1
+    assert _which(tmp_path, X, a, b) == "new"
 
 
 def test_the_kill_points_cover_every_step_of_a_save(tmp_path, two_models, child, monkeypatch):

@@ -100,10 +100,35 @@ def test_a_run_directory_another_job_writes_is_refused(tmp_path, child):
     os.read(ready[0], 1)
     try:
         with pytest.raises(SystemExit, match=rf"^train-detector: error: {run} is being written by another "
-                                             rf"process \(.*\"pid\": \d+"):
+                                             rf"process \(pid \d+, `.*`, since "):
             train_detector_main([*ISSUE_ARGS, "--run-dir", str(run)])
     finally:
         os.write(stop[1], b"1")
         os.waitpid(pid, 0)
     assert not (run / "config.yaml").exists()
 
+
+
+def test_sigterm_during_the_export_stops_a_library_call_too(tmp_path, monkeypatch):
+    """Without a console script's handler, Lightning notes SIGTERM during predict and used to finish."""
+    from cbm.data import ConceptDataModule
+    from cbm.detector import ConceptDetector, train_detector
+
+    real = ConceptDetector.predict_step
+
+    def predict_step(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ConceptDetector, "predict_step", predict_step)
+    received = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))  # not death
+    try:
+        with pytest.raises(SystemExit, match="interrupted by SIGTERM while exporting the concept tables"):
+            data = {"n_per_class": 5, "n_classes": 8, "n_heldout": 2}
+            train_detector(ConceptDataModule(dataset_kwargs=data, image_size=32, batch_size=8),
+                           run_dir=tmp_path, model={"backbone": "test_resnet"}, export_splits=["test"],
+                           trainer={"accelerator": "cpu", "max_epochs": 1, "enable_progress_bar": False})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert received and not (tmp_path / "concepts").exists()

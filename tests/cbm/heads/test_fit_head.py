@@ -16,7 +16,7 @@ from cbm.concepts.calibration import ConceptCalibrator, concept_ece
 from cbm.data.concept_tables import load_concept_table, save_concept_table
 from cbm.heads import fit as fit_mod
 from cbm.heads import load_head
-from cbm.heads.fit import evaluate_head, fit_head, fit_head_main, fit_head_parser
+from cbm.heads.fit import INPUTS, evaluate_head, fit_head, fit_head_main, fit_head_parser
 from ferl.persist import current_folder, folder_lock
 
 K = 8
@@ -292,3 +292,23 @@ def test_sigterm_while_fitting_exits_143_saying_nothing_changed(tmp_path, child,
     assert lines[-1].startswith("fit-head: error: interrupted by SIGTERM while fitting the calibrator and "
                                 f"the heads; {run} is unchanged")
     assert _snapshot(run) == before
+
+
+def test_a_full_disk_while_writing_is_one_error_line_and_keeps_the_previous_step(tmp_path, monkeypatch):
+    run = _write_tables(tmp_path / "run")
+    fit_head(run, run, heads=["lr"], seed=0)
+    before = _snapshot(run)
+    real, calls = os.fsync, []
+
+    def fsync(fd):
+        calls.append(fd)
+        if len(calls) == 6:  # a file in the middle of the new step
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(SystemExit, match=r"^fit-head: error: \[Errno 28\] No space left on device$"):
+        fit_head_main(["--run", str(run), "--heads", "lr", "--seed", "1"])
+    monkeypatch.undo()
+    assert _snapshot(run) == before and _seeds(run) == {0}
+    assert all(len(list((run / "head" / "lr" / i).glob("v-*"))) == 1 for i in INPUTS)  # no debris
