@@ -36,22 +36,24 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+X = np.random.default_rng(0).random((150, 4))
+#: The two versions differ in their training labels, so they differ in every prediction file.
+LABELS = [(X[:, 0] > 0.5).astype(int), (X[:, 1] + X[:, 2] > 1).astype(int)]
+
+
 def _versions(kind: str, folder: Path):
-    """The two versions to save and a ``save(v)`` that writes version ``v`` into ``folder``."""
-    rng = np.random.default_rng(0)
-    X = rng.random((150, 4))
-    ys = [(X[:, 0] > 0.5).astype(int), (X[:, 1] + X[:, 2] > 1).astype(int)]
+    """The two fitted versions and a ``save(v)`` that writes version ``v`` into ``folder``."""
     if kind == "model":
         from ferl import FERLClassifier
 
-        models = [FERLClassifier(random_state=0).fit(X, y) for y in ys]
-        return lambda v: models[v].save(folder)
+        models = [FERLClassifier(random_state=0).fit(X, y) for y in LABELS]
+        return models, lambda v: models[v].save(folder)
     from cbm.heads import make_head
-    from ferl.persist import StepWriter
 
-    heads = [make_head("lr", seed=v).fit(X, y, ["a", "b", "c", "d"]) for v, y in enumerate(ys)]
+    heads = [make_head("lr", seed=v).fit(X, y, ["a", "b", "c", "d"]) for v, y in enumerate(LABELS)]
     if kind == "head":
-        return lambda v: heads[v].save(folder)
+        return heads, lambda v: heads[v].save(folder)
+    from ferl.persist import StepWriter
 
     def step(v: int) -> None:
         with StepWriter(folder) as writer:
@@ -60,39 +62,37 @@ def _versions(kind: str, folder: Path):
                 writer.folder(folder / "head" / part, heads[v].save)
             writer.write_text(folder / "metrics.json", json.dumps({"version": v}))
 
-    return step
+    return heads, step
 
 
-def _model_versions() -> tuple[np.ndarray, list[np.ndarray]]:
-    """Inputs and the two FERL versions' probabilities on them (the child fits the same models)."""
-    from ferl import FERLClassifier
+def _which(loaded, versions) -> int:
+    """The version whose predictions the loaded object gives; raises when none does."""
+    proba = loaded.predict_proba(X)
+    found = [v for v, obj in enumerate(versions) if np.array_equal(proba, obj.predict_proba(X))]
+    if len(found) != 1:
+        raise AssertionError("the saved object equals neither version")
+    return found[0]
 
-    rng = np.random.default_rng(0)
-    X = rng.random((150, 4))
-    ys = [(X[:, 0] > 0.5).astype(int), (X[:, 1] + X[:, 2] > 1).astype(int)]
-    return X, [FERLClassifier(random_state=0).fit(X, y).predict_proba(X) for y in ys]
 
-
-def _version(kind: str, folder: Path) -> int:
+def _version(kind: str, folder: Path, versions) -> int:
     """Which version the folder holds (0 or 1); raises when it does not load or mixes versions."""
     if kind == "model":
         from ferl import FERLClassifier
 
-        X, probas = _model_versions()
-        got = FERLClassifier.load(folder).predict_proba(X)
-        matches = [v for v, proba in enumerate(probas) if np.array_equal(got, proba)]
-        if len(matches) != 1:
-            raise AssertionError("the model equals neither version")
-        return matches[0]
+        return _which(FERLClassifier.load(folder), versions)
     from cbm.heads import load_head
-    from ferl.persist import folder_lock
 
     if kind == "head":
-        return load_head(folder).seed
+        head = load_head(folder)
+        if head.seed != _which(head, versions):
+            raise AssertionError("head.json and the model files come from different versions")
+        return head.seed
+    from ferl.persist import folder_lock
+
     with folder_lock(folder):  # the next writer: finishes a committed step, drops an unfinished one
         pass
     found = {json.loads((folder / f).read_text())["version"] for f in ("calibration.json", "metrics.json")}
-    found |= {load_head(folder / "head" / part).seed for part in ("raw", "calibrated")}
+    found |= {_which(load_head(folder / "head" / part), versions) for part in ("raw", "calibrated")}
     if len(found) != 1:
         raise AssertionError(f"the step mixes versions {sorted(found)}")
     return found.pop()
@@ -104,7 +104,7 @@ def run_kind(kind: str, rounds: int, max_delay: float, seed: int) -> dict[str, i
     counts = {"old or new": 0, "unloadable": 0, "version 0": 0, "version 1": 0}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / kind
-        save = _versions(kind, folder)
+        versions, save = _versions(kind, folder)
         save(0)
         for r in range(rounds):
             ready_r, ready_w = os.pipe()
@@ -123,7 +123,7 @@ def run_kind(kind: str, rounds: int, max_delay: float, seed: int) -> dict[str, i
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             try:
-                counts[f"version {_version(kind, folder)}"] += 1
+                counts[f"version {_version(kind, folder, versions)}"] += 1
                 counts["old or new"] += 1
             except Exception as err:  # the failure this script looks for
                 counts["unloadable"] += 1

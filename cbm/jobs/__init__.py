@@ -26,6 +26,7 @@ interruption never leaves a half-written model, head or job step::
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -70,23 +71,38 @@ def phase(doing: str, kept: str) -> Iterator[None]:
         _PHASES.pop()
 
 
+_OWNER: list[int] = []  # pid of the process whose main thread installed the handlers
+
+
 def _raise_interrupted(signum: int, frame: Any) -> None:
+    if _OWNER and os.getpid() != _OWNER[-1]:  # a forked worker (a DataLoader's): the default behaviour
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     doing, kept = _PHASES[-1] if _PHASES else ("starting", "nothing was written")
     raise Interrupted(signum, doing, kept)
 
 
 @contextmanager
 def signals_interrupt() -> Iterator[None]:
-    """Inside the block, SIGTERM and SIGINT raise `Interrupted` (main thread only; else a no-op)."""
+    """Inside the block, SIGTERM and SIGINT raise `Interrupted` (main thread only; else a no-op).
+
+    Processes forked inside the block (DataLoader workers) keep the default behaviour: SIGINT raises
+    ``KeyboardInterrupt`` there (which the workers expect) and SIGTERM ends them.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _OWNER.append(os.getpid())
     previous = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        _OWNER.pop()
 
 
 def one_line(err: BaseException) -> str:
