@@ -84,6 +84,9 @@ def load_head(path: str | os.PathLike) -> ConceptHead:
     head = make_head(doc["head"], doc["seed"])
     if head.kind != doc["kind"]:
         raise ValueError(f"{path / HEAD_JSON}: head {doc['head']!r} is not of kind {doc['kind']!r}")
-    head.concept_names_ = list(doc["concept_names"])
+    names = doc["concept_names"]
+    if not isinstance(names, list) or not names or len(set(map(str, names))) != len(names):
+        raise ValueError(f"{path / HEAD_JSON}: concept_names must be a non-empty list of unique names")
+    head.concept_names_ = [str(n) for n in names]
     head._load_model(path, doc)
     return head

@@ -146,6 +146,8 @@ def test_same_seed_same_model():
 
 @pytest.mark.parametrize("text, match", [
     ("{", "not valid JSON"), ("[]", "JSON object"), ('{"schema_version": 1}', "lacks the fields"),
+    ('{"schema_version": 1, "head": "lr", "kind": "lr", "seed": 0, "concept_names": ["a", "a", "c"]}',
+     "unique names"),
 ])
 def test_load_head_rejects_a_corrupted_head_json(tmp_path, text, match):
     rng = np.random.default_rng(0)
