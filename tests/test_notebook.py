@@ -64,3 +64,4 @@ def test_notebook_executes_on_a_tiny_run(tiny_run, monkeypatch):
     assert "Prediction **" in markdown and "**Rules that fired**" in markdown
     assert "firing" in html and "routing loss" in html  # fired rules and anomalous attributes tables
     assert pngs >= 3  # the tree and at least two example figures
+    assert "novelty threshold: combined OOD score >" in text and "ood_flag" in html  # Pipeline rows

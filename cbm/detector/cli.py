@@ -18,6 +18,7 @@ from cbm.data import ConceptDataModule
 from cbm.detector.module import ConceptDetector
 from cbm.detector.train import quiet_library_noise, train_detector
 from cbm.jobs import console_main, phase
+from cbm.runtime import add_threads_argument, set_threads
 
 __all__ = ["detector_parser", "train_detector_main"]
 
@@ -55,6 +56,7 @@ def detector_parser() -> ArgumentParser:
                         help="'imbalance': Koh et al.'s per-concept positive weights")
     parser.add_argument("--export_splits", type=list[str], default=["train", "val", "test"],
                         help="splits whose concept probabilities are written to concepts/")
+    add_threads_argument(parser)
     parser.add_class_arguments(ConceptDataModule, "data", skip={"table"})
     parser.add_class_arguments(ConceptDetector, "model", skip=_DATA_DERIVED)
     parser.add_class_arguments(Trainer, "trainer", skip=_JOB_OWNED, fail_untyped=False)
@@ -74,6 +76,7 @@ def train_detector_main(argv: Sequence[str] | None = None) -> None:
     quiet_library_noise()
 
     def job():
+        set_threads(cfg.threads)
         with phase("preparing the run", f"{cfg.run_dir} holds at most this run's config.yaml and "
                    "environment.json besides what it held before"):
             return train_detector(

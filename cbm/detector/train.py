@@ -44,6 +44,7 @@ from cbm.detector.checkpoint import checkpoint_concept_names
 from cbm.detector.export import export_concept_tables
 from cbm.detector.module import ConceptDetector, imbalance_pos_weight
 from cbm.jobs import phase
+from cbm.runtime import thread_settings
 from ferl.persist import atomic_write_text, folder_lock
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
@@ -149,7 +150,7 @@ def _git_commit() -> dict[str, Any]:
 
 
 def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
-    """Versions, seed, git commit and device of this session (JSON-able)."""
+    """Versions, seed, git commit, device and CPU threads of this session (JSON-able)."""
     packages = {}
     for dist in ("ferl-cbm", "torch", "torchvision", "lightning", "timm", "torchmetrics", "numpy",
                  "scikit-learn", "jsonargparse", "wandb"):
@@ -159,12 +160,9 @@ def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
             packages[dist] = None
     cuda = torch.cuda.is_available()
     return {
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": sys.argv,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "packages": packages,
-        "seed": seed,
+        "time": datetime.now(UTC).isoformat(timespec="seconds"), "command": sys.argv,
+        "python": sys.version.split()[0], "platform": platform.platform(),
+        "packages": packages, "seed": seed,
         "git": _git_commit(),
         "device": {
             "accelerator": type(trainer.accelerator).__name__,
@@ -178,6 +176,7 @@ def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
             "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
             if cuda else [],
         },
+        "threads": thread_settings(),
     }
 
 

@@ -8,9 +8,11 @@
 2. fits a :class:`cbm.concepts.calibration.ConceptCalibrator` on **val** and writes ``calibration.json``;
 3. fits every requested head (:mod:`cbm.heads`) on **train** twice, on raw and on calibrated concept
    probabilities, and evaluates it on **test** (:func:`evaluate_head`);
-4. writes ``head/<name>/{raw,calibrated}/`` (``head.json``, ``model.json``, ``model.npz``,
-   ``rules.md`` with concept names), merges a ``fit_head`` entry into ``metrics.json``, and writes
-   ``tables/heads.{md,csv}`` laid out like the paper's Table 4 (:mod:`cbm.heads.tables`).
+4. writes ``head/<name>/{raw,calibrated}/`` (``head.json`` with, for FERL heads, the novelty
+   threshold accepting 95 % of val (:meth:`cbm.heads.FERLHead.fit_ood_threshold`), ``model.json``,
+   ``model.npz``, ``rules.md`` with concept names), merges a ``fit_head`` entry into
+   ``metrics.json``, and writes ``tables/heads.{md,csv}`` laid out like the paper's Table 4
+   (:mod:`cbm.heads.tables`).
 
 A test split holding classes absent from train is an error, unless the run is open-world (the
 run's ``config.yaml`` sets ``data.fold``, or ``--open-world true``): then those rows are left out
@@ -44,6 +46,7 @@ from cbm.data.concept_tables import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.heads.tables import heads_frame, heads_markdown
 from cbm.jobs import console_main, phase
+from cbm.runtime import add_threads_argument, set_threads
 from ferl import metrics as M
 from ferl.persist import StepWriter, folder_lock
 
@@ -250,6 +253,8 @@ def fit_head(
                     start = time.perf_counter()
                     head = make_head(name, seed=seed, **options).fit(X_train, y_train, concept_names)
                     fit_seconds = time.perf_counter() - start
+                    if isinstance(head, FERLHead):  # the run's novelty threshold, read by `predict`
+                        head.fit_ood_threshold(inputs[kind]["val"])
                     metrics = evaluate_head(head, X_test, y_test, concept_names)
                     fitted[name, kind] = head
                     results[name][kind] = {**metrics, "size": head.size(),
@@ -298,6 +303,7 @@ def fit_head_parser() -> ArgumentParser:
                         help="paper values to print beside ours ('auto': from the run's config.yaml)")
     parser.add_argument("--open-world", type=bool | None, default=None,
                         help="allow test classes unseen in train (default: the run config's data.fold)")
+    add_threads_argument(parser)
     return parser
 
 
@@ -316,7 +322,11 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("fit-head: error: --concepts needs --out <dir>")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     out = Path(cfg.out or cfg.run)
-    console_main("fit-head", lambda: fit_head(
-        cfg.run or cfg.concepts, out, heads=[h.strip() for h in heads], seed=cfg.seed,
-        dataset=cfg.dataset, open_world=cfg.open_world))
+
+    def job():
+        set_threads(cfg.threads)
+        return fit_head(cfg.run or cfg.concepts, out, heads=[h.strip() for h in heads], seed=cfg.seed,
+                        dataset=cfg.dataset, open_world=cfg.open_world)
+
+    console_main("fit-head", job)
     print((out / "tables" / "heads.md").read_text())

@@ -39,6 +39,7 @@ from cbm.openworld.fold import (
 )
 from cbm.openworld.report import FOLD_DIR, PAPER_TABLE5, write_report
 from cbm.openworld.settings import KEEP_CHECKPOINTS, EvalSettings, check_keep_checkpoints
+from cbm.runtime import add_threads_argument, set_threads
 from ferl.benchmarks.ood import DETECTORS
 from ferl.persist import atomic_write_text, folder_lock
 
@@ -237,6 +238,7 @@ def openworld_parser() -> ArgumentParser:
     p.add_argument("--keep-checkpoints", type=Literal[KEEP_CHECKPOINTS], default="none",
                    help="detector checkpoints each trained fold keeps (default none: the protocol "
                         "reads only the exported concept tables)")
+    add_threads_argument(p)
     return p
 
 
@@ -255,6 +257,7 @@ def evaluate_openworld_main(argv: Sequence[str] | None = None) -> None:
     out = Path(cfg.out or Path("runs") / "openworld" / cfg.name)
 
     def job() -> dict:
+        set_threads(cfg.threads)
         if not cfg.detector:
             raise ValueError("no detector configuration: give --config with a 'detector:' section")
         settings = EvalSettings(heads=tuple(cfg.heads), ferl_kinds=tuple(cfg.ferl_kinds),

@@ -29,10 +29,11 @@ __all__ = [
 ]
 
 
-def figure_png(fig: Figure, dpi: int = 110) -> bytes:
-    """PNG bytes of a figure (tight bounding box)."""
+def figure_png(fig: Figure, dpi: int = 110, tight: bool = True) -> bytes:
+    """PNG bytes of a figure; ``tight`` crops to a tight bounding box (one more drawing pass, which
+    a figure laid out with ``tight_layout`` does not need)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
     return buf.getvalue()
 
 

@@ -11,7 +11,8 @@ import cbm
 
 CBM = Path(cbm.__file__).resolve().parent
 #: The stages in data-flow order (`cbm`'s module map), after the plumbing every console script shares.
-STAGES = ("jobs", "data", "detector", "concepts", "heads", "openworld", "report", "demo")
+STAGES = ("jobs", "runtime", "data", "detector", "concepts", "heads", "openworld", "report", "predict",
+          "demo")
 
 
 def _stage(module: str) -> str | None:
