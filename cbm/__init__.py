@@ -24,5 +24,7 @@
            ─► cbm.demo       the ``make demo`` driver: every stage on the synthetic world
 
 A stage imports only from the stages above it (and from `ferl`, the torch-free learner); nothing
-imports back up the flow.
+imports back up the flow. ``cbm.jobs``, above every stage, is the plumbing the console scripts
+share: one-line ``error:`` exits, SIGTERM / SIGINT honoured at any point with a message saying what
+was kept.
 """

@@ -4,7 +4,8 @@
     evaluate-interventions --run runs/a runs/b runs/c --out runs/interventions-abc   # mean ± std
     evaluate-interventions --run runs/openworld/synthetic      # every fold of an open-world run
 
-Bad input ends the program with ``evaluate-interventions: error: <message>`` (exit status 1).
+Bad input ends the program with ``evaluate-interventions: error: <message>`` (exit status 1); SIGTERM /
+SIGINT with one line too (exit status 143 / 130, :func:`cbm.jobs.console_main`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from cbm.heads.interventions import EXPERT_MODES
 from cbm.heads.policies import POLICIES
 from cbm.interventions.protocol import InterventionSettings, evaluate_interventions
 from cbm.interventions.run import FITS
+from cbm.jobs import console_main, phase
 from ferl.novelty import OOD_KINDS
 
 __all__ = ["evaluate_interventions_main", "interventions_parser"]
@@ -57,14 +59,16 @@ def evaluate_interventions_main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``evaluate-interventions``; prints the accuracy table and where the files went."""
     cfg = interventions_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
+
+    def job() -> dict:
         settings = InterventionSettings(
             heads=tuple(cfg.heads), fits=tuple(cfg.fits), inputs=cfg.inputs, policies=tuple(cfg.policies),
             splits=tuple(cfg.splits), ks=None if cfg.ks is None else tuple(cfg.ks), max_rows=cfg.max_rows,
             expert=cfg.expert, ood_kind=cfg.ood_kind, seed=cfg.seed)
-        result = evaluate_interventions(cfg.run, settings, cfg.out, cfg.title)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"evaluate-interventions: error: {err}") from err
-    files = result["files"]
+        with phase("evaluating interventions", "earlier results are unchanged (the report files are "
+                   "written atomically)"):
+            return evaluate_interventions(cfg.run, settings, cfg.out, cfg.title)
+
+    files = console_main("evaluate-interventions", job)["files"]
     print(files["markdown"].read_text().split("\n## ")[1])
     print(f"report: {files['markdown']}  curves: {files['curves']}  figure: {files['figure']}")
