@@ -77,9 +77,9 @@ class ConceptTable:
         Unique sample ids; stored as str.
     split : str
         Split name, used in error messages.
-    concept_groups : sequence of str, optional
-        Group name of each of the k concepts; None derives them from the names
-        (:func:`concept_groups_from_names`).
+    concept_groups : sequence of str or mapping of str to sequence of int, optional
+        Group name of each of the k concepts, or a data set's ``{group: [concept indices]}``; None
+        derives them from the names (:func:`concept_groups_from_names`).
 
     Raises
     ------
@@ -96,7 +96,7 @@ class ConceptTable:
     class_names: list[str]
     sample_ids: np.ndarray
     split: str = "unknown"
-    concept_groups: list[str] | None = None
+    concept_groups: Sequence[str] | Mapping[str, Sequence[int]] | None = None
 
     def __post_init__(self) -> None:
         where = f"concept table {self.split!r}"
@@ -150,7 +150,7 @@ class ConceptTable:
         if not concept_names:
             raise ValueError(f"{where}: no concepts")
         groups = (concept_groups_from_names(concept_names) if self.concept_groups is None
-                  else [str(g) for g in np.asarray(self.concept_groups).tolist()])
+                  else _group_per_concept(self.concept_groups, k))
         if len(groups) != k or not all(groups):
             raise ValueError(f"{where}: concept_groups must name a non-empty group for each of the {k} "
                              f"concepts, got {len(groups)} names")
@@ -223,7 +223,7 @@ def save_concept_table(
         probs=probs, concept_labels=concept_labels, y=y, concept_names=list(concept_names),
         class_names=list(class_names), sample_ids=np.asarray(sample_ids),
         split=split if split is not None else Path(path).stem,
-        concept_groups=_group_per_concept(concept_groups, len(concept_names)),
+        concept_groups=concept_groups,
     )
     table.save(path)
     return table
@@ -298,10 +298,10 @@ def load_concept_tables(
     return tables
 
 
-def _group_per_concept(groups, k: int) -> list[str] | None:
+def _group_per_concept(groups, k: int) -> list[str]:
     """One group name per concept from a list of names or a ``{group: [indices]}`` mapping."""
-    if groups is None or not isinstance(groups, Mapping):
-        return None if groups is None else [str(g) for g in groups]
+    if not isinstance(groups, Mapping):
+        return [str(g) for g in np.asarray(groups).tolist()]
     names: list = [None] * k
     for group, members in groups.items():
         for j in members:
