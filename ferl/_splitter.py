@@ -16,6 +16,24 @@ __all__ = ["GAIN_GINI", "GAIN_CCI", "best_learned_split", "best_fixed_split", "s
 
 GAIN_GINI = 0
 GAIN_CCI = 1
+GAIN_ENTROPY = 2
+
+
+@njit(cache=True)
+def _plogp_sum(w):
+    """``sum_c w_c log w_c - W log W`` (= ``-W H(w / W)``) of a non-negative class-weight vector."""
+    total = w.sum()
+    out = 0.0
+    for k in range(w.shape[0]):
+        if w[k] > 0.0:
+            out += w[k] * np.log(w[k])
+    return out - total * np.log(total) if total > 0.0 else 0.0
+
+
+@njit(cache=True)
+def entropy_gain(wl, wr, wt):
+    """Weighted information gain ``W H(p) - WL H(pL) - WR H(pR)`` (nats) of class weights."""
+    return _plogp_sum(wl) + _plogp_sum(wr) - _plogp_sum(wt)
 
 
 @njit(cache=True)
@@ -61,6 +79,8 @@ def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_l
         return -np.inf
     if criterion == GAIN_CCI:
         return (wl.max() + wr.max() - wt.max()) / total_weight
+    if criterion == GAIN_ENTROPY:
+        return entropy_gain(wl, wr, wt) / total_weight
     alpha = sl / st
     dist = 0.0
     for k in range(n_classes):
@@ -70,8 +90,9 @@ def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_l
 
 
 @njit(cache=True)
-def _best_crisp_cut(xs, ys, ws, n_classes):
-    """Gini-optimal crisp cut of one weighted, sorted sample; NaN when no cut separates weight."""
+def _best_crisp_cut(xs, ys, ws, n_classes, lo, hi):
+    """Gini-optimal crisp cut in ``[lo, hi]`` of one weighted, sorted sample; NaN when no cut there
+    separates weight."""
     total = np.zeros(n_classes)
     for i in range(xs.shape[0]):
         total[ys[i]] += ws[i]
@@ -90,13 +111,16 @@ def _best_crisp_cut(xs, ys, ws, n_classes):
         wr = wsum - wl
         if wr <= 1e-12 * wsum:
             break
+        mid = 0.5 * (xs[i] + xs[i + 1])
+        if mid < lo or mid > hi:
+            continue
         score = 0.0
         for k in range(n_classes):
             r = total[k] - left[k]
             score += left[k] * left[k] / wl + r * r / wr
         if score > best:
             best = score
-            cut = 0.5 * (xs[i] + xs[i + 1])
+            cut = mid
     return cut
 
 
@@ -117,7 +141,7 @@ def _active_order(order_f, active):
 
 @njit(cache=True)
 def best_learned_split(X, y, w, order, mult, n_classes, width_factor, min_width, criterion,
-                       total_weight, min_leaf):
+                       total_weight, min_leaf, window=None):
     """Best learned fuzzy split of one node (paper eq. 1-2, appendix B).
 
     For every feature, each of the B bootstrap resamples gives its Gini-optimal crisp cut ``c_b``
@@ -139,6 +163,9 @@ def best_learned_split(X, y, w, order, mult, n_classes, width_factor, min_width,
         gamma of eq. 2.
     min_width : ndarray of shape (d,), float64
         Documented minimum half-width per feature (guards h = 0).
+    window : ndarray of shape (d, 2), float64, or None
+        Admissible cut locations ``[lo, hi]`` per feature (None: unrestricted): the builder keeps
+        a node from cutting again inside the fuzzy band of an ancestor's cut.
 
     Returns
     -------
@@ -163,11 +190,13 @@ def best_learned_split(X, y, w, order, mult, n_classes, width_factor, min_width,
         ys = y[idx]
         ws = w[idx]
         wb = np.empty(m)
+        lo = -np.inf if window is None else window[f, 0]
+        hi = np.inf if window is None else window[f, 1]
         n_valid = 0
         for b in range(n_boot):
             for j in range(m):
                 wb[j] = ws[j] * mult[b, idx[j]]
-            cut = _best_crisp_cut(xs, ys, wb, n_classes)
+            cut = _best_crisp_cut(xs, ys, wb, n_classes, lo, hi)
             if not np.isnan(cut):
                 cuts[n_valid] = cut
                 n_valid += 1
