@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import os
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ferl import certificate
 from ferl._builder import grow_tree
+from ferl._inputs import (
+    check_free_variance,
+    one_sample,
+    rescale_weights,
+    resolve_feature_names,
+    seed_from,
+)
 from ferl._model_files import load_classifier, save_classifier
 from ferl._partitions import fixed_partitions
 from ferl._readout import Readout, read_out
 from ferl.evidence import Evidence, combine
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, fit_free_gaussians
-from ferl.presets import PRESETS, growth_settings
+from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
 from ferl.rules import Rule, extract_rules, fires_alone, format_rules, format_summary
 
 __all__ = ["FERLClassifier", "PRESETS"]
@@ -72,13 +78,8 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
     min_width : float > 0, default=0.05
         Minimum half-width of a learned split as a fraction of the spread between the feature's
         1st and 99th training percentiles (its range when they tie): guards ``h = 0`` when every
-        resample finds the same cut (frequent on small nodes). ``min_width`` times the feature's
-        range also floors the support-gate margin. The paper gives no value; on 20 KEEL sets
-        (3-fold CV, FERL-deep) raising it from 0.001 to 0.05 of the range raised mean accuracy
-        from 78.1 to 79.9 and set coverage from 83.5 to 90.0 at mean set size 1.78. Measured
-        against the range on the 30 KEEL sets, the percentile spread keeps skewed features from
-        drowning in one band (spambase, FERL-deep: 85.9 -> 91.0 % calibration-part accuracy,
-        page-blocks 95.1 -> 96.7; all 30: 82.95 -> 83.22 with entropy gain, see `ferl.presets`).
+        resample finds the same cut. ``min_width`` times the feature's range also floors the
+        support-gate margin. The paper gives no value; `ferl.presets` says how 0.05 was measured.
     min_gain : float >= 0, default=None
         Minimum gain delta; splits at or below it count against `patience`.
     patience : int >= 0, default=None
@@ -115,30 +116,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     """
 
-    _parameter_constraints: dict = {
-        "variant": [StrOptions(set(PRESETS))],
-        "max_rules": [Interval(Integral, 2, None, closed="left"), None],
-        "rules_per_class": [Interval(Real, 0, None, closed="left"), None],
-        "max_depth": [Interval(Integral, 1, None, closed="left"), None],
-        "partition": [StrOptions({"learned", "fixed"}), None],
-        "gain": [StrOptions({"entropy", "gini", "cci"}), None],
-        "evidence_nodes": [StrOptions({"leaves", "all"}), None],
-        "combination": [StrOptions({"dempster", "cautious"})],
-        "n_bootstrap": [Interval(Integral, 1, None, closed="left")],
-        "width_factor": [Interval(Real, 0, None, closed="neither")],
-        "min_width": [Interval(Real, 0, None, closed="neither")],
-        "min_gain": [Interval(Real, 0, None, closed="left"), None],
-        "patience": [Interval(Integral, 0, None, closed="left"), None],
-        "prune": ["boolean", None],
-        "min_samples_leaf": [
-            Interval(Integral, 1, None, closed="left"),
-            Interval(Real, 0, 1, closed="neither"),
-            None,
-        ],
-        "bounded_support": ["boolean"],
-        "support_margin": [Interval(Real, 0, None, closed="neither")],
-        "random_state": ["random_state"],
-    }
+    _parameter_constraints: dict = PARAMETER_CONSTRAINTS
 
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
                  partition=None, gain=None, evidence_nodes=None, combination="dempster",
@@ -163,11 +141,6 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         self.bounded_support = bounded_support
         self.support_margin = support_margin
         self.random_state = random_state
-
-    # ------------------------------------------------------------------ settings
-    def _setting(self, name):
-        value = getattr(self, name)
-        return PRESETS[self.variant][name] if value is None else value
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -199,14 +172,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
         sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-        # Only relative weights matter: grow on weights rescaled to a mean positive weight of 1 so
-        # that weights such as 1e-300 or 1e300 neither underflow nor overflow in the split gains;
-        # the nodes' soft supports are reported in the caller's units (times `unit`).
-        top = float(sw.max())
-        sw = sw / top
-        unit = float(sw[sw > 0].mean())
-        sw = sw / unit
-        unit *= top
+        sw, unit = rescale_weights(sw)  # only relative weights matter
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         weighted = np.unique(y_enc[sw > 0])
@@ -215,7 +181,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
                 f"FERLClassifier needs at least two classes in y with positive weight; got "
                 f"{len(weighted)} class(es): {self.classes_[weighted].tolist()}"
             )
-        self.feature_names_ = self._resolve_feature_names(feature_names, X.shape[1])
+        self.feature_names_ = resolve_feature_names(self, feature_names, X.shape[1])
         positive = sw > 0
         rows = positive[:, None]  # the range of the positive-weight rows, without copying them
         self.feature_range_ = np.stack([X.min(axis=0, where=rows, initial=np.inf),
@@ -223,38 +189,17 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         settings = growth_settings(self, len(weighted), float(sw.sum()), int(positive.sum()))
         sets = fixed_partitions(X, sw) if settings.partition == "fixed" else None
         self.partitions_ = sets
-        rng = np.random.default_rng(_seed_from(self.random_state))
+        rng = np.random.default_rng(seed_from(self.random_state))
         self.tree_ = grow_tree(X, y_enc.astype(np.int64), sw, n_classes, settings, rng, sets)
         self.tree_.weight = self.tree_.weight * unit
         with np.errstate(over="ignore", invalid="ignore"):
             fit_free_gaussians(self.tree_, X, sw)
-        root_mean, root_var = self.tree_.free_mean[0], self.tree_.free_var[0]
         span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
-        bad = ~np.isfinite(root_mean) | ~np.isfinite(root_var) | ((root_var == 0) & (span > 0))
-        if bad.any():
-            names = [self.feature_names_[j] for j in np.flatnonzero(bad)]
-            raise ValueError(
-                f"the variance of feature(s) {names[:10]} overflows or underflows float64 (values "
-                f"from {np.abs(X).min():.3g} to {np.abs(X).max():.3g} in absolute value); rescale X "
-                f"(e.g. standardise it) before fitting"
-            )
+        check_free_variance(self.tree_, X, span, self.feature_names_)
         self.n_rules_ = int(self.tree_.is_leaf.sum())
-        self.evidence_nodes_ = self._setting("evidence_nodes")
+        self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(lambda Z: self._firing(Z)[0], X, sw, self.tree_.is_leaf)
         return self
-
-    def _resolve_feature_names(self, feature_names, n_features):
-        if hasattr(self, "feature_names_in_"):
-            names = [str(v) for v in self.feature_names_in_]
-        elif feature_names is not None:
-            names = [str(v) for v in feature_names]
-        else:
-            names = [f"x{j}" for j in range(n_features)]
-        if len(names) != n_features:
-            raise ValueError(f"feature_names has {len(names)} names but X has {n_features} features")
-        if len(set(names)) != len(names):
-            raise ValueError("feature_names contains duplicates")
-        return names
 
     # ------------------------------------------------------------------ inference
     def _check_X(self, X):
@@ -287,8 +232,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
                         self._sources(), self.combination, evidence, novelty)
 
     def _sources(self) -> np.ndarray:
-        # An explicit `evidence_nodes` is read at inference; otherwise the read-out fixed at fit
-        # time, so that `set_params(variant=...)` on a fitted model cannot change its predictions.
+        # An explicit `evidence_nodes` is read at inference, else the one fixed at fit (issue 18)
         tree = self.tree_
         nodes = self.evidence_nodes if self.evidence_nodes is not None else self.evidence_nodes_
         if nodes == "leaves":
@@ -393,15 +337,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         ``x`` is one sample (shape (n_features_in_,) or (1, n_features_in_)). Returns a
         `ferl.explain.Explanation` (``to_markdown()``, ``to_json()``); ValueError for several rows.
         """
-        X = np.asarray(x, dtype=np.float64) if not hasattr(x, "columns") else x
-        if X.ndim == 1:
-            X = X.reshape(1, -1)
-        if X.ndim != 2:
-            raise ValueError(f"explain takes one sample of shape (n_features_in_,) or (1, n_features_in_), "
-                             f"got an array of shape {X.shape}")
-        if X.shape[0] != 1:
-            raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
-        X = self._check_X(X)
+        X = self._check_X(one_sample(x))
         fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
         phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
         novelty = analyse(self.tree_, X, fired)
@@ -478,9 +414,3 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         """
         return load_classifier(cls, path)
 
-
-def _seed_from(random_state) -> int | None:
-    """Turn a scikit-learn ``random_state`` into a seed for ``numpy.random.default_rng``."""
-    if random_state is None or isinstance(random_state, Integral):
-        return random_state
-    return int(random_state.randint(np.iinfo(np.int32).max))

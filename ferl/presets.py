@@ -46,16 +46,26 @@ Fixed partitions (compact: quantiles 20 / 40 / 60 / 80 %, as the paper). Moving 
 low / medium / high at each feature's two best class-separating cuts gained 0.45 points on
 average but only through ring (+17; without ring -0.11), so quantiles stay.
 
+Minimum band width (``min_width=0.05``, all learned variants; the paper gives no value). The
+floor of a learned split's half-width, as a fraction of the feature's 1st-99th percentile spread.
+On 20 KEEL sets (3-fold CV, FERL-deep) raising it from 0.001 to 0.05 of the feature's range raised
+mean accuracy from 78.1 to 79.9 and set coverage from 83.5 to 90.0 at mean set size 1.78. Measured
+against the range on the 30 KEEL sets, the percentile spread keeps skewed features from drowning
+in one band (spambase, FERL-deep: 85.9 -> 91.0 % calibration-part accuracy, page-blocks 95.1 ->
+96.7; all 30: 82.95 -> 83.22 with entropy gain).
+
 Minimum leaf sizes are ours (the paper is silent).
 """
 
 from __future__ import annotations
 
-from numbers import Integral
+from numbers import Integral, Real
+
+from sklearn.utils._param_validation import Interval, StrOptions
 
 from ferl._builder import GrowthSettings
 
-__all__ = ["PRESETS", "growth_settings"]
+__all__ = ["PARAMETER_CONSTRAINTS", "PRESETS", "growth_settings", "preset_setting"]
 
 PRESETS: dict[str, dict] = {
     "compact": dict(max_rules=15, rules_per_class=0.0, max_depth=8, partition="fixed",
@@ -68,6 +78,39 @@ PRESETS: dict[str, dict] = {
                  gain="entropy", evidence_nodes="leaves", min_gain=0.0, patience=2,
                  min_samples_leaf=2, prune=False),
 }
+
+
+#: `FERLClassifier`'s parameter constraints (scikit-learn's ``_parameter_constraints``).
+PARAMETER_CONSTRAINTS: dict = {
+    "variant": [StrOptions(set(PRESETS))],
+    "max_rules": [Interval(Integral, 2, None, closed="left"), None],
+    "rules_per_class": [Interval(Real, 0, None, closed="left"), None],
+    "max_depth": [Interval(Integral, 1, None, closed="left"), None],
+    "partition": [StrOptions({"learned", "fixed"}), None],
+    "gain": [StrOptions({"entropy", "gini", "cci"}), None],
+    "evidence_nodes": [StrOptions({"leaves", "all"}), None],
+    "combination": [StrOptions({"dempster", "cautious"})],
+    "n_bootstrap": [Interval(Integral, 1, None, closed="left")],
+    "width_factor": [Interval(Real, 0, None, closed="neither")],
+    "min_width": [Interval(Real, 0, None, closed="neither")],
+    "min_gain": [Interval(Real, 0, None, closed="left"), None],
+    "patience": [Interval(Integral, 0, None, closed="left"), None],
+    "prune": ["boolean", None],
+    "min_samples_leaf": [
+        Interval(Integral, 1, None, closed="left"),
+        Interval(Real, 0, 1, closed="neither"),
+        None,
+    ],
+    "bounded_support": ["boolean"],
+    "support_margin": [Interval(Real, 0, None, closed="neither")],
+    "random_state": ["random_state"],
+}
+
+
+def preset_setting(est, name: str):
+    """A `FERLClassifier` parameter, or its preset's value where the parameter is None."""
+    value = getattr(est, name)
+    return PRESETS[est.variant][name] if value is None else value
 
 
 def growth_settings(est, n_classes: int, total_weight: float, n_positive: int) -> GrowthSettings:
@@ -89,20 +132,16 @@ def growth_settings(est, n_classes: int, total_weight: float, n_positive: int) -
     """
     preset = PRESETS[est.variant]
 
-    def setting(name):
-        value = getattr(est, name)
-        return preset[name] if value is None else value
-
-    msl = setting("min_samples_leaf")
+    msl = preset_setting(est, "min_samples_leaf")
     min_leaf = msl * total_weight / n_positive if isinstance(msl, Integral) else msl * total_weight
     if est.max_rules is not None:
         max_rules = est.max_rules
     else:
-        max_rules = max(preset["max_rules"], int(round(setting("rules_per_class") * n_classes)))
+        max_rules = max(preset["max_rules"], int(round(preset_setting(est, "rules_per_class") * n_classes)))
     return GrowthSettings(
-        partition=setting("partition"), gain=setting("gain"), max_rules=max_rules,
-        max_depth=setting("max_depth"), min_gain=float(setting("min_gain")),
-        patience=setting("patience"), min_leaf=float(min_leaf), n_bootstrap=est.n_bootstrap,
+        partition=preset_setting(est, "partition"), gain=preset_setting(est, "gain"), max_rules=max_rules,
+        max_depth=preset_setting(est, "max_depth"), min_gain=float(preset_setting(est, "min_gain")),
+        patience=preset_setting(est, "patience"), min_leaf=float(min_leaf), n_bootstrap=est.n_bootstrap,
         width_factor=float(est.width_factor), min_width=float(est.min_width),
-        prune=bool(setting("prune")),
+        prune=bool(preset_setting(est, "prune")),
     )
