@@ -203,7 +203,7 @@ def test_budget_follows_the_number_of_classes_unless_given():
 
     budget = {v: growth_settings(FERLClassifier(v), 150, 1.0, 10).max_rules
               for v in ("compact", "medium", "deep")}
-    assert budget == {"compact": 15, "medium": 150, "deep": 300}
+    assert budget == {"compact": 15, "medium": 150, "deep": 600}
     assert growth_settings(FERLClassifier("deep"), 10, 1.0, 10).max_rules == 200
     assert growth_settings(FERLClassifier("deep", max_rules=200), 150, 1.0, 10).max_rules == 200
 
