@@ -61,7 +61,8 @@ class _Limits:
     """What an open leaf may still test: fixed sets still open, and learned-cut windows.
 
     ``allowed[f, k]`` is False once set k of feature f can only add a rule living inside fuzzy bands;
-    ``window[f] = (lo, hi)`` bounds the learned cuts on f to outside the bands of the ancestors' cuts.
+    ``window[f] = (lo, hi)`` is the interval of f left free by the bands of the ancestors' learned
+    cuts on f; a later cut and its band stay inside it (`ferl._splitter.best_learned_split`).
     """
 
     allowed: np.ndarray  # (d, n_sets) bool
@@ -99,9 +100,10 @@ def _child_limits(limits: _Limits, cand: _Candidate, left: bool) -> _Limits:
 
     Fixed partitions are Ruspini partitions: after "f is S" every other set of f meets the child
     only inside fuzzy bands, so f is closed; after "f is not S", S alone is closed. A learned cut
-    ``theta +- h`` confines the later cuts on f of the "<=" child to ``<= theta - h`` and those of
-    the ">" child to ``>= theta + h``, so no path cuts f again inside a band it already used
-    (issue 16: "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59").
+    ``theta +- h`` confines the later cuts on f and their bands to ``<= theta - h`` in the "<="
+    child and to ``>= theta + h`` in the ">" child, so no path cuts f again inside, or across, a
+    band it already used (issue 16: "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59", and conditions
+    such as "x12 is between 584 and 787 (membership <= 0.70)" that live only in two bands).
     """
     allowed, window = limits.allowed, limits.window
     f = cand.feature

@@ -242,8 +242,10 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
     criterion, total_weight, min_leaf
         As in `split_gain`.
     window : ndarray of shape (d, 2), float64
-        Admissible crisp cuts ``[lo, hi]`` per feature: the builder keeps a node from cutting
-        again inside the fuzzy band of an ancestor's cut.
+        Free interval ``(lo, hi)`` of each feature between the fuzzy bands of the ancestors' cuts
+        on it: crisp cuts are searched in ``[lo + min_width, hi - min_width]`` and ``h`` is capped
+        so that the new band stays inside ``[lo, hi]``. So no path cuts a feature again inside
+        (or across) a band it already used.
 
     Returns
     -------
@@ -266,11 +268,12 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
         if used.shape[0] < 2:
             continue
         cuts = _bootstrap_cuts(perm, start, used, low[f], high[f], ys, w, mult_node, totals, wsum,
-                               sq_total, window[f, 0], window[f, 1])
+                               sq_total, window[f, 0] + min_width[f], window[f, 1] - min_width[f])
         if cuts.shape[0] == 0:
             continue
         theta = np.median(cuts)
         h = max(width_factor * np.median(np.abs(cuts - theta)), min_width[f])
+        h = min(h, theta - window[f, 0], window[f, 1] - theta)
         xs = np.empty(m)
         for j in range(m):
             xs[j] = xt[f, rows[j]]

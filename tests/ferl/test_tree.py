@@ -129,15 +129,18 @@ def test_information_gain_prefers_the_balanced_clean_split():
 @pytest.mark.parametrize("variant", ["medium", "deep"])
 def test_no_path_cuts_a_feature_again_inside_a_band_it_used(variant):
     # issue 16: medium on wine printed "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59", a rule that
-    # lives only inside the fuzzy band of one cut.
+    # lives only inside the fuzzy band of one cut; then "x12 is between 584.23 and 787.27
+    # (membership <= 0.70)", a later band across an earlier one.
     X, y = load_wine(return_X_y=True)
     tree = FERLClassifier(variant, random_state=0).fit(X, y).tree_
+    band = tree.threshold[:, None] + np.outer(tree.half_width, [-1.0, 1.0])
+    tol = 1e-9 * (X.max(axis=0) - X.min(axis=0))
     for path in _paths(tree):
         for i, (a, _) in enumerate(path):
-            lo = tree.threshold[a] - tree.half_width[a]
-            hi = tree.threshold[a] + tree.half_width[a]
             later = [b for b, _ in path[i + 1:] if tree.feature[b] == tree.feature[a]]
-            assert all(not lo < tree.threshold[b] < hi for b in later), (a, later)
+            f = tree.feature[a]
+            assert all(band[b, 1] <= band[a, 0] + tol[f] or band[b, 0] >= band[a, 1] - tol[f]
+                       for b in later), (a, later)
 
 
 def test_compact_closes_a_feature_after_f_is_s():
