@@ -6,6 +6,7 @@ and called in this process, exactly as the shell would run them)::
     train-detector --config configs/detector/synthetic.yaml --run-dir runs/demo
     fit-head --config configs/head/default.yaml --run runs/demo
     evaluate-openworld --config configs/demo/openworld.yaml --out runs/demo/openworld
+    evaluate-interventions --config configs/interventions/default.yaml --run runs/demo
     python -m cbm.report runs/demo --openworld runs/demo/openworld
 
 Safe re-runs. ``runs/demo/demo_state.json`` records a fingerprint of the configuration (profile
@@ -47,8 +48,9 @@ __all__ = ["DEMO", "PROFILES", "STEPS", "TINY", "DemoProfile", "fingerprint", "h
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STATE_FILE = "demo_state.json"
 #: The demo's steps, in order.
-STEPS = ("detector", "heads", "openworld", "report")
-_SCRIPTS = {"detector": "train-detector", "heads": "fit-head", "openworld": "evaluate-openworld"}
+STEPS = ("detector", "heads", "openworld", "interventions", "report")
+_SCRIPTS = {"detector": "train-detector", "heads": "fit-head", "openworld": "evaluate-openworld",
+            "interventions": "evaluate-interventions"}
 #: How each step is typed in a shell (the report step runs in this process through `build_report`).
 _SHELL = {**{step: [script] for step, script in _SCRIPTS.items()}, "report": ["python", "-m", "cbm.report"]}
 
@@ -60,9 +62,9 @@ class DemoProfile:
     Attributes
     ----------
     name : str
-    detector, heads, openworld : tuple of str
-        Arguments of ``train-detector``, ``fit-head`` and ``evaluate-openworld``; config files are
-        given relative to the repository root.
+    detector, heads, openworld, interventions : tuple of str
+        Arguments of ``train-detector``, ``fit-head``, ``evaluate-openworld`` and
+        ``evaluate-interventions``; config files are given relative to the repository root.
     head : str
         FERL head shown in the report (examples, rules, tree).
     """
@@ -71,11 +73,12 @@ class DemoProfile:
     detector: tuple[str, ...]
     heads: tuple[str, ...]
     openworld: tuple[str, ...]
+    interventions: tuple[str, ...] = ("--config", "configs/interventions/default.yaml")
     head: str = "ferl-deep"
     configs: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        args = (*self.detector, *self.heads, *self.openworld)
+        args = (*self.detector, *self.heads, *self.openworld, *self.interventions)
         object.__setattr__(self, "configs", tuple(
             args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"))
 
@@ -105,6 +108,8 @@ TINY = DemoProfile(
                                     "seed": 0}},
         "model": {"backbone": "resnet10t", "pretrained": False, "lr": 0.003},
         "monitor": "loss", "pos_weight": "none", "logger": "csv", "trainer": _TINY_TRAINER})),
+    interventions=("--config", "configs/interventions/default.yaml", "--heads", "ferl-deep", "lr",
+                   "--max-rows", "40"),
 )
 PROFILES = {p.name: p for p in (DEMO, TINY)}
 
@@ -117,7 +122,8 @@ def fingerprint(profile: DemoProfile) -> str:
     FileNotFoundError
         A config file is missing.
     """
-    doc = {"profile": [profile.detector, profile.heads, profile.openworld, profile.head], "configs": {}}
+    doc = {"profile": [profile.detector, profile.heads, profile.openworld, profile.interventions,
+                       profile.head], "configs": {}}
     for rel in profile.configs:
         path = REPO_ROOT / rel
         if not path.is_file():
@@ -208,6 +214,7 @@ def step_commands(out: Path, profile: DemoProfile, resume_detector: bool = False
         "detector": [*paths(profile.detector), "--run-dir", str(out)],
         "heads": [*paths(profile.heads), "--run", str(out)],
         "openworld": [*paths(profile.openworld), "--out", str(out / "openworld")],
+        "interventions": [*paths(profile.interventions), "--run", str(out)],
         "report": [str(out), "--head", profile.head, "--openworld", str(out / "openworld")],
     }
     if resume_detector:

@@ -1,8 +1,11 @@
 """Saving and loading a `FERLClassifier` as ``model.json`` + ``model.npz`` (no pickle).
 
-The files are written and checksummed by `ferl.persist`; this module maps the estimator's fitted
-state onto them and checks a loaded model before any inference (the numba kernels index the node
-arrays without bounds checks, so a hand-edited file must fail here, not crash there).
+The files are written, versioned and checksummed by `ferl.persist` (a save replaces the whole
+model or nothing); this module maps the estimator's fitted state onto them and checks a loaded
+model before any inference (the numba kernels index the node arrays without bounds checks, and
+the novelty scores divide by the saved variances, so a hand-edited file must fail here, not
+crash or return NaN there). Arrays the checks do not know are loaded and ignored, so a later
+version may save more.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ __all__ = ["save_classifier", "load_classifier"]
 
 
 def save_classifier(est, path: str | os.PathLike) -> Path:
-    """Write the fitted ``est`` to ``path/model.json`` + ``path/model.npz`` (atomic); returns ``path``."""
+    """Write the fitted ``est`` as ``model.json`` + ``model.npz`` into a new version of folder ``path``
+    (`ferl.persist.write_model`: the previous model stays loadable until this one is complete);
+    returns ``path``."""
     arrays = {f"tree_{k}": getattr(est.tree_, k) for k in FuzzyTree.SAVED_FIELDS}
     arrays["feature_range"] = est.feature_range_
     if est.rule_alone_ is not None:
@@ -120,10 +125,40 @@ def _check_loaded(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> None:
         fail("feature_range is missing or is not a finite (n_features_in, 2) array")
     if est.partitions_ is not None and (est.partitions_.shape[:1] != (d,) or est.partitions_.ndim != 3):
         fail("partitions do not match n_features_in")
-    problem = tree.structure_problem(d)
+    problem = tree.structure_problem(d) or _value_problem(est, tree, d)
     if problem:
         fail(problem)
     alone = arrays.get("rule_alone")
     if alone is not None and (alone.shape != (int(tree.is_leaf.sum()),)
                               or not ((alone >= 0) & (alone <= 1)).all()):
         fail("rule_alone is not one share in [0, 1] per rule")
+
+
+def _value_problem(est, tree: FuzzyTree, d: int) -> str | None:
+    """The first value a fitted model cannot hold (on top of `FuzzyTree.structure_problem`), or None.
+
+    Duplicated classes or feature names, an internal node whose observed range has lo > hi or
+    whose trapezoid (a, b, c, d) is not ordered a <= b <= c <= d, and free-feature Gaussians
+    (paper eq. 3) that are not finite, with a non-negative variance, off the root-to-node path.
+    """
+    for what, names in (("classes", est.classes_.tolist()), ("feature names", est.feature_names_),
+                        ("feature_names_in", getattr(est, "feature_names_in_", np.array([])).tolist())):
+        dup = sorted({str(v) for v in names if names.count(v) > 1})
+        if dup:
+            return f"duplicated {what} {dup[:5]}"
+    internal = np.flatnonzero(tree.feature >= 0)
+    bad = internal[~(tree.lo[internal] <= tree.hi[internal])]
+    if bad.size:
+        return f"node {bad[0]} has an observed range lo > hi ({tree.lo[bad[0]]} > {tree.hi[bad[0]]})"
+    trap = tree.trap[internal]
+    bad = internal[~np.all(trap[:, :-1] <= trap[:, 1:], axis=1)]
+    if bad.size:
+        return f"node {bad[0]} has a trapezoid {tree.trap[bad[0]].tolist()} that is not a <= b <= c <= d"
+    free = ~tree.path_mask(d)
+    for name, arr, low in (("free_mean", tree.free_mean, -np.inf), ("free_var", tree.free_var, 0.0)):
+        bad = free & ~(np.isfinite(arr) & (arr >= low))
+        if bad.any():
+            o, f = (int(v) for v in np.argwhere(bad)[0])
+            return (f"{name} of node {o}, feature {est.feature_names_[f]!r} is {arr[o, f]} (must be finite"
+                    f"{', >= 0' if low == 0 else ''} for a feature off the node's path)")
+    return None

@@ -231,6 +231,12 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         return read_out(self.tree_, X, bool(self.bounded_support), self._gate_margin(),
                         self._sources(), self.combination, evidence, novelty)
 
+    def node_firing(self, X) -> np.ndarray:
+        """Firing ``phi_o(x)`` of every node after the gates (root = 1), ndarray of shape
+        (n_samples, n_nodes) in [0, 1]. A split can change the evidence of ``x`` only where its node
+        fires (``phi > 0``): the class masses of section 3.2 rest on the features of those nodes only."""
+        return self.tree_.firing(self._check_X(X), bool(self.bounded_support), self._gate_margin())[0]
+
     def _sources(self) -> np.ndarray:
         # An explicit `evidence_nodes` is read at inference, else the one fixed at fit (issue 18)
         tree = self.tree_

@@ -1,8 +1,25 @@
-"""Atomic file writes and pickle-free model persistence (a JSON document plus an ``.npz``).
+"""Atomic saves, from one file to a whole folder to a multi-file job step, and pickle-free models.
 
-Every file of the project is written atomically (temporary file in the same folder, then
-``os.replace``), so an interrupted write never leaves a truncated file. A model's JSON carries a
-schema version and the SHA-256 of its ``.npz`` so a mismatched pair is detected on load.
+One rule at every level: the new version is written completely beside the old one, one
+``os.replace`` makes it current, and only then is the old one deleted. A kill at any instant
+leaves the old or the new version loadable; an ``OSError`` (a full disk) leaves the old one.
+
+* **A file** (`atomic_write_bytes`): a temporary file in the same folder, fsync, ``os.replace``.
+* **A folder holding one saved object** (`save_folder`: a FERL model, a concept head): its files
+  go into a fresh version folder ``<folder>/v-<UTC time>-<random>/``; the small pointer file
+  ``<folder>/current.json`` (the version's name, every file's size and SHA-256) is replaced
+  last, and `current_folder` follows it. A folder without ``current.json`` (the layout before
+  versions: files side by side) still loads. A save nested in another (a FERL model inside a
+  head) writes plain files into the enclosing version.
+* **A job step writing several files and folders** (`StepWriter`): every new file and folder
+  version is staged, then one journal ``<root>/.step-*/COMMIT.json`` is written (the commit
+  point) and applied. A journal left by a killed process is applied by the next writer that
+  takes the folder's lock, before it reads anything.
+
+Writers of one folder hold `folder_lock` (an advisory ``flock`` on ``<folder>/.lock``, released
+by the kernel when the process dies, even by SIGKILL); a second process is refused at once with
+`FolderBusyError`. A model is ``model.json`` (schema version, description, SHA-256 of the arrays)
++ ``model.npz`` (`write_model`, `read_model`), loaded without pickle.
 """
 
 from __future__ import annotations
@@ -11,58 +28,121 @@ import hashlib
 import io
 import json
 import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "atomic_write_bytes", "atomic_write_text", "write_model", "read_model"]
+from ferl._atomic import (
+    LAYOUT,
+    POINTER,
+    VERSION_NAME,
+    FolderBusyError,
+    StepWriter,
+    atomic_write_bytes,
+    atomic_write_text,
+    folder_lock,
+    point_to_version,
+    stage_version,
+    staging_dirs,
+)
+
+__all__ = [
+    "POINTER", "SCHEMA_VERSION", "FolderBusyError", "StepWriter", "atomic_write_bytes",
+    "atomic_write_text", "current_folder", "folder_lock", "read_model", "save_folder", "write_model",
+]
 
 SCHEMA_VERSION = 1
 JSON_NAME = "model.json"
 NPZ_NAME = "model.npz"
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temporary file in the same folder, then rename).
+def save_folder(folder: str | os.PathLike, write: Callable[[Path], object]) -> Path:
+    """Replace the object saved in ``folder`` as a whole: the old version or the new, never a mix.
 
-    Parent folders are created. The file gets the permissions of a plain ``open(path, "wb")``
-    (0666 minus the umask), not the private 0600 of the temporary file.
+    ``write(version)`` writes the object's files into a fresh, empty version folder inside
+    ``folder``; they are fsynced, then ``folder/current.json`` is replaced to name the new
+    version (the commit), then older versions are deleted. Files of ``folder`` that are not part
+    of a save are left alone. Called while another save is writing a version that contains
+    ``folder``, ``write(folder)`` is called directly: the enclosing save commits.
+
+    Parameters
+    ----------
+    folder : path-like
+        The object's folder (created if needed).
+    write : callable
+        ``write(path)`` writes at least one file into ``path``.
 
     Returns
     -------
     Path
-        ``path``.
+        ``folder``.
+
+    Raises
+    ------
+    FolderBusyError
+        Another process is writing ``folder``.
+    OSError, ValueError
+        From ``write`` or the file system; the current version is then unchanged.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    folder = Path(folder)
+    resolved = folder.resolve()
+    if any(resolved == s or s in resolved.parents for s in staging_dirs()):
+        folder.mkdir(parents=True, exist_ok=True)
+        write(folder)
+        return folder
+    with folder_lock(folder):
+        point_to_version(folder, *stage_version(folder, write))
+    return folder
+
+
+def current_folder(folder: str | os.PathLike, verify: bool = True) -> Path:
+    """The folder holding the current files of an object saved in ``folder``.
+
+    ``folder/<version>`` as named by ``folder/current.json``, or ``folder`` itself when there
+    is no pointer (a save made before versions, or a version folder given directly).
+
+    Parameters
+    ----------
+    verify : bool, default=True
+        Check that every file the pointer lists has its recorded size and SHA-256.
+
+    Raises
+    ------
+    ValueError
+        An unreadable pointer, a missing version folder, or a file that differs from the pointer's
+        record (changed or damaged after saving).
+    """
+    folder = Path(folder)
+    pointer = folder / POINTER
+    if not pointer.is_file():
+        return folder
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+        doc = json.loads(pointer.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{pointer} is not valid JSON: {err}") from err
+    if not isinstance(doc, dict) or any(doc.get(k) != v for k, v in LAYOUT.items()) \
+            or not VERSION_NAME.fullmatch(str(doc.get("current"))) or not isinstance(doc.get("files"), dict):
+        raise ValueError(f"{pointer} is not the pointer of a versioned folder ({LAYOUT})")
+    version = folder / doc["current"]
+    if not version.is_dir():
+        raise ValueError(f"{pointer} names version {doc['current']!r}, which is missing from {folder}")
+    if verify:
+        for rel, info in doc["files"].items():
+            path = version / rel
+            data = path.read_bytes() if path.is_file() else None
+            if data is None or not isinstance(info, dict) or len(data) != info.get("bytes") \
+                    or hashlib.sha256(data).hexdigest() != info.get("sha256"):
+                raise ValueError(f"{path} is missing or differs from its record in {pointer} (size or "
+                                 "SHA-256): it was changed or damaged after saving; save the object again")
+    return version
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write UTF-8 ``text`` to ``path`` atomically (see `atomic_write_bytes`)."""
-    return atomic_write_bytes(path, text.encode("utf-8"))
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
+# ----------------------------------------------------------------------------- models
 def write_model(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarray]) -> Path:
-    """Save a model as ``path/model.json`` + ``path/model.npz``.
+    """Save a model as ``model.json`` + ``model.npz`` in a new version of folder ``path``.
+
+    See `save_folder`: the previous model stays loadable until the new one is complete.
 
     Parameters
     ----------
@@ -71,7 +151,8 @@ def write_model(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarra
     meta : dict
         JSON-serialisable description (parameters, classes, feature names...).
     arrays : dict of str to ndarray
-        Numeric or fixed-width string arrays (no object dtype).
+        Numeric or fixed-width string arrays (no object dtype); any names (the format is open to
+        new arrays).
 
     Returns
     -------
@@ -81,9 +162,8 @@ def write_model(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarra
     Raises
     ------
     ValueError
-        An array has object dtype (it would need pickle).
+        An array has object dtype (it would need pickle), or ``meta`` is not JSON-serialisable.
     """
-    path = Path(path)
     for name, arr in arrays.items():
         if np.asarray(arr).dtype == object:
             raise ValueError(f"array {name!r} has object dtype and cannot be saved without pickle")
@@ -95,22 +175,26 @@ def write_model(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarra
         text = json.dumps(doc, indent=2, sort_keys=True).encode()
     except (TypeError, ValueError) as err:
         raise ValueError(f"the model description cannot be saved as JSON: {err}") from err
-    atomic_write_bytes(path / NPZ_NAME, blob)
-    atomic_write_bytes(path / JSON_NAME, text)
-    return path
+
+    def write(folder: Path) -> None:
+        atomic_write_bytes(folder / NPZ_NAME, blob)
+        atomic_write_bytes(folder / JSON_NAME, text)
+
+    return save_folder(path, write)
 
 
 def read_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
-    """Load what `write_model` saved.
+    """Load what `write_model` saved (following ``current.json``; the flat older layout loads too).
 
     Raises
     ------
     FileNotFoundError
         ``model.json`` or ``model.npz`` is missing.
     ValueError
-        Unknown schema version, or the ``.npz`` does not match the JSON's checksum.
+        Unknown schema version, or the ``.npz`` does not match the JSON's checksum, or a file
+        differs from the folder's pointer (`current_folder`).
     """
-    path = Path(path)
+    path = current_folder(path)
     for name in (JSON_NAME, NPZ_NAME):
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} not found (a saved model has {JSON_NAME} and {NPZ_NAME})")

@@ -8,15 +8,20 @@ out_of_bounds="clip", y_min=0, y_max=1)``; the fitted map is kept as its knots
 end knots, which is exactly what scikit-learn's ``predict`` computes. Knots survive a JSON round trip
 bit for bit, so a saved calibrator gives identical outputs.
 
-Degenerate concepts map to a constant without calling scikit-learn (and without warnings): a
-concept whose validation labels are constant maps to that label; a concept whose validation scores
-are constant (e.g. a saturated sigmoid that is always exactly 0) maps to its positive rate.
+Degenerate concepts map to a constant without calling scikit-learn: a concept whose validation
+labels are constant maps to that label (kind ``"constant labels"``); a concept whose validation
+scores are constant (e.g. a saturated sigmoid that is always exactly 0) maps to its positive rate
+(``"constant scores"``). An isotonic fit can also come out flat (``"flat fit"``: scores that differ
+only by rounding, ~1e-16, or labels that do not rise with the score). A constant map makes the
+calibrated concept carry no information, so `ConceptCalibrator.fit` says so in a
+`ConstantCalibrationWarning` naming each such concept and why, and the kind is saved with the map.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -27,10 +32,22 @@ from cbm.data.concept_tables import check_concept_names
 from ferl.metrics import expected_calibration_error
 from ferl.persist import atomic_write_text
 
-__all__ = ["SCHEMA_VERSION", "ConceptCalibrator", "concept_ece"]
+__all__ = ["KINDS", "SCHEMA_VERSION", "ConceptCalibrator", "ConstantCalibrationWarning", "concept_ece"]
 
 #: Version of the ``calibration.json`` layout.
 SCHEMA_VERSION = 1
+#: Kind of each concept's map -> why it is constant, in words ("isotonic" maps are not constant).
+KINDS = {
+    "isotonic": None,
+    "constant labels": "every validation label is {value:g}",
+    "constant scores": "every validation probability is {x:g}; it maps to the positive rate {value:g}",
+    "flat fit": "the isotonic fit is flat at {value:g} (the labels do not rise with the probability, or "
+                "the probabilities differ only by rounding)",
+}
+
+
+class ConstantCalibrationWarning(UserWarning):
+    """Some concepts' calibration maps are constant: their calibrated values carry no information."""
 
 
 def _check_probs(probs: np.ndarray, names: Sequence[str], what: str) -> np.ndarray:
@@ -95,7 +112,8 @@ class ConceptCalibrator:
         Per concept, strictly increasing raw-probability knots ``x`` and non-decreasing calibrated
         values ``y`` in [0, 1]. A single knot is a constant map.
     kinds_ : list of str
-        Per concept ``"isotonic"``, ``"constant labels"`` or ``"constant scores"``.
+        Per concept ``"isotonic"``, ``"constant labels"``, ``"constant scores"`` or ``"flat fit"``
+        (`KINDS`; all but the first are constant maps, listed by `constant_maps`).
     n_samples_ : int
         Rows the maps were fitted on.
 
@@ -128,6 +146,11 @@ class ConceptCalibrator:
         ValueError
             Wrong shapes, NaN or values outside [0, 1] (the message names row and concept),
             non-binary labels, duplicated names.
+
+        Warns
+        -----
+        ConstantCalibrationWarning
+            Some maps are constant (each concept is named with the reason).
         """
         names = [str(n) for n in concept_names]
         if len(set(names)) != len(names) or not names:
@@ -153,14 +176,29 @@ class ConceptCalibrator:
             else:
                 iso = IsotonicRegression(increasing=True, out_of_bounds="clip", y_min=0.0, y_max=1.0)
                 iso.fit(x, t)
-                kind, xk, yk = "isotonic", iso.X_thresholds_.copy(), iso.y_thresholds_.copy()
+                xk, yk = iso.X_thresholds_.copy(), iso.y_thresholds_.copy()
+                kind = "isotonic" if yk.max() > yk.min() else "flat fit"
             knots.append((xk, yk))
             kinds.append(kind)
         self.concept_names_ = names
         self.knots_ = knots
         self.kinds_ = kinds
         self.n_samples_ = int(x_all.shape[0])
+        constant = self.constant_maps()
+        if constant:
+            listed = "; ".join(f"{name!r}: {why}" for name, why in list(constant.items())[:10])
+            more = f"; and {len(constant) - 10} more" if len(constant) > 10 else ""
+            warnings.warn(f"{len(constant)} of {len(names)} concepts get a constant calibration map (one "
+                          f"calibrated value for every input, so the calibrated concept carries no "
+                          f"information): {listed}{more}", ConstantCalibrationWarning, stacklevel=2)
         return self
+
+    def constant_maps(self) -> dict[str, str]:
+        """Concepts whose map is constant -> why, in words (see `KINDS`); {} when none is."""
+        self._check_fitted()
+        return {name: KINDS[kind].format(x=xk[0], value=yk[0])
+                for name, kind, (xk, yk) in zip(self.concept_names_, self.kinds_, self.knots_, strict=True)
+                if KINDS.get(kind) is not None}
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "knots_"):
@@ -232,7 +270,8 @@ class ConceptCalibrator:
         FileNotFoundError
             No such file.
         ValueError
-            Not a calibrator file, another schema version, or knots that are not a monotone map
+            Not a calibrator file, another schema version, a missing or invalid ``n_samples``,
+            duplicated concept names, an unknown map kind, or knots that are not a monotone map
             into [0, 1].
         """
         path = Path(path)
@@ -256,6 +295,18 @@ class ConceptCalibrator:
         maps = doc["maps"]
         if [m["concept"] for m in maps] != names:
             raise ValueError(f"{path}: the maps' concepts differ from concept_names")
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated or not names:
+            raise ValueError(f"{path}: concept_names must be non-empty and unique; duplicated: "
+                             f"{duplicated[:10]}")
+        n_samples = doc.get("n_samples")
+        if not isinstance(n_samples, int) or isinstance(n_samples, bool) or n_samples < 1:
+            found = "missing" if n_samples is None else repr(n_samples)
+            raise ValueError(f"{path}: n_samples (the rows the maps were fitted on) is {found}; expected a "
+                             "positive integer")
+        unknown = sorted({str(m["kind"]) for m in maps} - set(KINDS))
+        if unknown:
+            raise ValueError(f"{path}: unknown map kinds {unknown}; known: {list(KINDS)}")
         knots = []
         for m in maps:
             try:
@@ -272,5 +323,5 @@ class ConceptCalibrator:
         cal.concept_names_ = names
         cal.knots_ = knots
         cal.kinds_ = [str(m["kind"]) for m in maps]
-        cal.n_samples_ = int(doc["n_samples"])
+        cal.n_samples_ = n_samples
         return cal

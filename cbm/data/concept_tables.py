@@ -13,9 +13,13 @@ class_names    str (C,)                class names
 sample_ids     str (n,), unique        sample identifiers of the data module
 split          str ()                  split name (``train`` / ``val`` / ``test`` ...)
 schema_version int64 ()                :data:`SCHEMA_VERSION`
+concept_groups str (k,), optional      group of each concept (e.g. ``has_bill_shape``)
 ============== ======================= ==========================================
 
-Arrays are plain numpy (no pickles): ``np.load(path)`` opens them.
+Arrays are plain numpy (no pickles): ``np.load(path)`` opens them. ``concept_groups`` is optional
+(tables written before it load unchanged): without it, :func:`concept_groups_from_names` derives
+each concept's group from its name (``group::value``, the CUB and synthetic-world form), and a
+name without ``::`` is a group of its own (AwA2's predicates).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import io
 import os
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +39,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "ConceptTable",
     "check_concept_names",
+    "concept_groups_from_names",
     "load_concept_table",
     "load_concept_tables",
     "save_concept_table",
@@ -72,6 +77,9 @@ class ConceptTable:
         Unique sample ids; stored as str.
     split : str
         Split name, used in error messages.
+    concept_groups : sequence of str, optional
+        Group name of each of the k concepts; None derives them from the names
+        (:func:`concept_groups_from_names`).
 
     Raises
     ------
@@ -88,6 +96,7 @@ class ConceptTable:
     class_names: list[str]
     sample_ids: np.ndarray
     split: str = "unknown"
+    concept_groups: list[str] | None = None
 
     def __post_init__(self) -> None:
         where = f"concept table {self.split!r}"
@@ -140,6 +149,12 @@ class ConceptTable:
                 raise ValueError(f"{where}: duplicated {what}: {dup[:10]}")
         if not concept_names:
             raise ValueError(f"{where}: no concepts")
+        groups = (concept_groups_from_names(concept_names) if self.concept_groups is None
+                  else [str(g) for g in np.asarray(self.concept_groups).tolist()])
+        if len(groups) != k or not all(groups):
+            raise ValueError(f"{where}: concept_groups must name a non-empty group for each of the {k} "
+                             f"concepts, got {len(groups)} names")
+        set_(self, "concept_groups", groups)
         set_(self, "probs", np.ascontiguousarray(probs))
         set_(self, "concept_labels", np.ascontiguousarray(labels, dtype=np.uint8))
         set_(self, "y", y.astype(np.int64))
@@ -171,6 +186,7 @@ class ConceptTable:
             sample_ids=self.sample_ids,
             split=np.asarray(self.split, dtype=str),
             schema_version=np.asarray(SCHEMA_VERSION, dtype=np.int64),
+            concept_groups=np.asarray(self.concept_groups, dtype=str),
         )
         return atomic_write_bytes(path, buf.getvalue())
 
@@ -185,10 +201,13 @@ def save_concept_table(
     class_names: Sequence[str],
     sample_ids: Sequence[str] | np.ndarray,
     split: str | None = None,
+    concept_groups: Sequence[str] | Mapping[str, Sequence[int]] | None = None,
 ) -> ConceptTable:
     """Validate the arrays as a :class:`ConceptTable` and write it atomically to ``path``.
 
-    ``split`` defaults to the file name's stem (``concepts/val.npz`` -> ``"val"``).
+    ``split`` defaults to the file name's stem (``concepts/val.npz`` -> ``"val"``);
+    ``concept_groups`` (one group name per concept, or a data set's ``{group: [concept indices]}``)
+    to :func:`concept_groups_from_names`.
 
     Returns
     -------
@@ -204,6 +223,7 @@ def save_concept_table(
         probs=probs, concept_labels=concept_labels, y=y, concept_names=list(concept_names),
         class_names=list(class_names), sample_ids=np.asarray(sample_ids),
         split=split if split is not None else Path(path).stem,
+        concept_groups=_group_per_concept(concept_groups, len(concept_names)),
     )
     table.save(path)
     return table
@@ -242,6 +262,7 @@ def load_concept_table(path: str | os.PathLike) -> ConceptTable:
             probs=data["probs"], concept_labels=data["concept_labels"], y=data["y"],
             concept_names=data["concept_names"].tolist(), class_names=data["class_names"].tolist(),
             sample_ids=data["sample_ids"], split=str(data["split"]),
+            concept_groups=data["concept_groups"].tolist() if "concept_groups" in data else None,
         )
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from err
@@ -275,6 +296,29 @@ def load_concept_tables(
                     f"class names of concepts/{s}.npz differ from concepts/{first_split}.npz"
                 )
     return tables
+
+
+def _group_per_concept(groups, k: int) -> list[str] | None:
+    """One group name per concept from a list of names or a ``{group: [indices]}`` mapping."""
+    if groups is None or not isinstance(groups, Mapping):
+        return None if groups is None else [str(g) for g in groups]
+    names: list = [None] * k
+    for group, members in groups.items():
+        for j in members:
+            if not 0 <= int(j) < k or names[int(j)] is not None:
+                raise ValueError(f"concept group {group!r}: concept index {j} is out of range or in two "
+                                 "groups")
+            names[int(j)] = str(group)
+    missing = [j for j, g in enumerate(names) if g is None]
+    if missing:
+        raise ValueError(f"concept_groups leave concepts {missing[:10]} without a group")
+    return names
+
+
+def concept_groups_from_names(concept_names: Sequence[str]) -> list[str]:
+    """Group name of each concept from its name: the part before ``::`` (``shape::circle`` ->
+    ``shape``, CUB's ``has_bill_shape::dagger`` -> ``has_bill_shape``), else the name itself."""
+    return [str(n).split("::", 1)[0] if "::" in str(n) else str(n) for n in concept_names]
 
 
 def check_concept_names(

@@ -244,12 +244,13 @@ class ConceptDataModule(L.LightningDataModule):
         for p in PARTS:
             self.datasets[p] = tab.dataset(indices=self.parts[p], transform=self.transform(p == "train"))
 
-    def _loader(self, ds: ConceptDataset, shuffle: bool) -> DataLoader:
+    def _loader(self, ds: ConceptDataset, shuffle: bool, drop_last: bool = False) -> DataLoader:
         gen = torch.Generator().manual_seed(self.seed) if shuffle else None
         return DataLoader(
             ds,
             batch_size=self.batch_size,
             shuffle=shuffle,
+            drop_last=drop_last,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             persistent_workers=self.num_workers > 0,
@@ -257,8 +258,22 @@ class ConceptDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
+        """Shuffled training batches with the training transform.
+
+        A last batch of one sample is dropped (BatchNorm cannot normalise one value per channel in
+        training mode); the order is reshuffled each epoch, so a different sample sits out each time.
+
+        Raises
+        ------
+        ValueError
+            The training split has fewer than two samples.
+        """
         self.setup()
-        return self._loader(self.datasets["train"], shuffle=True)
+        ds = self.datasets["train"]
+        if len(ds) < 2:
+            raise ValueError(f"the training split has {len(ds)} sample(s); training needs at least 2 "
+                             "(give each class more samples)")
+        return self._loader(ds, shuffle=True, drop_last=len(ds) % self.batch_size == 1)
 
     def val_dataloader(self) -> DataLoader:
         self.setup()

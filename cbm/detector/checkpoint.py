@@ -20,12 +20,19 @@ def checkpoint_concept_names(ckpt_path: str | os.PathLike) -> list[str]:
     FileNotFoundError
         When the checkpoint does not exist.
     ValueError
-        When it holds no ``concept_names`` hyper-parameter.
+        When it cannot be read (truncated or damaged) or holds no ``concept_names`` hyper-parameter.
     """
     if not Path(ckpt_path).is_file():
         raise FileNotFoundError(f"checkpoint {ckpt_path} does not exist")
-    ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
-    names = ckpt.get("hyper_parameters", {}).get("concept_names")
+    try:
+        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises RuntimeError, EOFError, UnpicklingError... for bad files
+        raise ValueError(f"checkpoint {ckpt_path} cannot be read, it is truncated or damaged ({err}); "
+                         "resume from another checkpoint (--ckpt-path best or a file), or delete it to "
+                         "train afresh") from err
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{ckpt_path} is not a concept-detector checkpoint (no concept_names)")
+    names = (ckpt.get("hyper_parameters") or {}).get("concept_names")
     if names is None:
         raise ValueError(f"{ckpt_path} is not a concept-detector checkpoint (no concept_names)")
     return [str(n) for n in names]

@@ -17,6 +17,7 @@ from lightning.pytorch import Trainer
 from cbm.data import ConceptDataModule
 from cbm.detector.module import ConceptDetector
 from cbm.detector.train import quiet_library_noise, train_detector
+from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
 
 __all__ = ["detector_parser", "train_detector_main"]
@@ -65,29 +66,34 @@ def detector_parser() -> ArgumentParser:
 def train_detector_main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``train-detector``; prints the exported tables' concept metrics.
 
-    Configuration and data errors (ValueError, FileNotFoundError) and a non-finite loss end the
-    program with their message (exit status 1) instead of a traceback.
+    Configuration, data and file errors, a non-finite loss and a run directory that another process
+    is writing end the program with one ``train-detector: error: <message>`` line (exit status 1);
+    SIGTERM / SIGINT at any point with one line saying what was kept (exit status 143 / 130), see
+    :func:`cbm.jobs.console_main`.
     """
     parser = detector_parser()
     cfg = parser.parse_args(argv)
     quiet_library_noise()
-    try:
+
+    def job():
         set_threads(cfg.threads)
-        run = train_detector(
-            ConceptDataModule(**cfg.data.as_dict()),
-            run_dir=cfg.run_dir,
-            model=cfg.model.as_dict(),
-            trainer=cfg.trainer.as_dict(),
-            seed=cfg.seed,
-            logger=cfg.logger,
-            monitor=cfg.monitor,
-            pos_weight=cfg.pos_weight,
-            ckpt_path=cfg.ckpt_path,
-            export_splits=cfg.export_splits,
-            config_text=parser.dump(cfg),
-        )
-    except (ValueError, FileNotFoundError, FloatingPointError) as err:
-        raise SystemExit(f"train-detector: error: {err}") from err
+        with phase("preparing the run", f"{cfg.run_dir} holds at most this run's config.yaml and "
+                   "environment.json besides what it held before"):
+            return train_detector(
+                ConceptDataModule(**cfg.data.as_dict()),
+                run_dir=cfg.run_dir,
+                model=cfg.model.as_dict(),
+                trainer=cfg.trainer.as_dict(),
+                seed=cfg.seed,
+                logger=cfg.logger,
+                monitor=cfg.monitor,
+                pos_weight=cfg.pos_weight,
+                ckpt_path=cfg.ckpt_path,
+                export_splits=cfg.export_splits,
+                config_text=parser.dump(cfg),
+            )
+
+    run = console_main("train-detector", job)
     print(f"run directory: {run.run_dir}  (best checkpoint: {run.best_checkpoint})")
     print(f"trained {run.epochs} epoch(s), {run.global_step} steps in {run.fit_seconds:.1f} s")
     for split, m in run.metrics.items():

@@ -24,6 +24,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
@@ -34,14 +35,17 @@ import torch
 from lightning.pytorch import Callback, LightningDataModule, Trainer, seed_everything
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, RandomSampler
 
-from cbm.data.concept_tables import check_concept_names, save_concept_table
+from cbm.data.concept_tables import check_concept_names
 from cbm.detector.checkpoint import checkpoint_concept_names
-from cbm.detector.module import ConceptDetector, concept_metrics, imbalance_pos_weight
+from cbm.detector.export import export_concept_tables
+from cbm.detector.module import ConceptDetector, imbalance_pos_weight
+from cbm.jobs import phase
 from cbm.runtime import thread_settings
-from ferl.persist import atomic_write_text
+from ferl.persist import atomic_write_text, folder_lock
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
 
@@ -156,12 +160,9 @@ def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
             packages[dist] = None
     cuda = torch.cuda.is_available()
     return {
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": sys.argv,
-        "python": sys.version.split()[0],
-        "platform": platform.platform(),
-        "packages": packages,
-        "seed": seed,
+        "time": datetime.now(UTC).isoformat(timespec="seconds"), "command": sys.argv,
+        "python": sys.version.split()[0], "platform": platform.platform(),
+        "packages": packages, "seed": seed,
         "git": _git_commit(),
         "device": {
             "accelerator": type(trainer.accelerator).__name__,
@@ -302,7 +303,19 @@ def train_detector(
         Lightning's silent exit status 0).
     FloatingPointError
         The training loss became NaN or infinite.
+    ferl.persist.FolderBusyError
+        Another process is writing ``run_dir`` (the job holds its write lock; DDP ranks other than
+        0 do not take it).
     """
+    with folder_lock(run_dir) if getattr(rank_zero_only, "rank", 0) == 0 else nullcontext():
+        return _train_detector(
+            datamodule, run_dir=run_dir, model=model, trainer=trainer, seed=seed, logger=logger,
+            monitor=monitor, pos_weight=pos_weight, ckpt_path=ckpt_path, export_splits=export_splits,
+            config_text=config_text, callbacks=callbacks)
+
+
+def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monitor, pos_weight, ckpt_path,
+                    export_splits, config_text, callbacks) -> DetectorRun:
     if monitor not in MONITORS:
         raise ValueError(f"monitor must be one of {sorted(MONITORS)}, got {monitor!r}")
     if pos_weight not in ("none", "imbalance"):
@@ -355,11 +368,14 @@ def train_detector(
         atomic_write_text(run_dir / "environment.json", json.dumps(env, indent=2) + "\n")
 
     start = time.perf_counter()
+    kept = (f"the checkpoints of the epochs finished so far (if any) are in {ckpt_dir}; resume with "
+            "--ckpt-path last")
     try:
-        pl_trainer.fit(detector, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
+        with phase("training the detector", kept):
+            pl_trainer.fit(detector, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
     except SIGTERMException as err:  # Lightning's is a SystemExit with code None: exit status 0
-        raise SystemExit(f"training interrupted by SIGTERM in epoch {pl_trainer.current_epoch}; "
-                         f"checkpoints of finished epochs are in {ckpt_dir}") from err
+        raise SystemExit(f"training interrupted by SIGTERM in epoch {pl_trainer.current_epoch}; {kept}") \
+            from err
     fit_seconds = time.perf_counter() - start
     best = Path(ckpt_cb.best_model_path) if ckpt_cb.best_model_path else None
     last = Path(last_cb.best_model_path) if last_cb.best_model_path else None
@@ -370,31 +386,14 @@ def train_detector(
         return run
 
     # Export on one device: every rank of a DDP job has finished fitting here.
-    export_model = ConceptDetector.from_checkpoint(best) if best is not None else detector
-    predictor = Trainer(accelerator=trainer_kwargs["accelerator"], devices=1,
-                        precision=trainer_kwargs["precision"], logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
-    for split, loader in loaders.items():
-        probs = torch.cat(predictor.predict(export_model, dataloaders=loader)).float().cpu().numpy()
-        ds = loader.dataset
-        path = run_dir / "concepts" / f"{split}.npz"
-        table = save_concept_table(
-            path, probs=probs, concept_labels=ds.concept_labels, y=ds.targets,
-            concept_names=export_model.concept_names, class_names=datamodule.class_names,
-            sample_ids=ds.sample_ids, split=split,
-        )
-        run.tables[split] = path
-        metrics = concept_metrics(table.probs, table.concept_labels)
-        run.metrics[split] = {**metrics, "n": table.n_samples}
-    summary = {
-        "best_checkpoint": str(best) if best else None,
-        "monitor": metric,
-        "epochs": run.epochs,
-        "global_step": run.global_step,
-        "fit_seconds": round(fit_seconds, 2),
-        "splits": {split: {k: None if v != v else v for k, v in m.items()}  # NaN -> null
-                   for split, m in run.metrics.items()},
-    }
-    atomic_write_text(det_dir / "metrics.json", json.dumps(summary, indent=2) + "\n")
+    summary = {"best_checkpoint": str(best) if best else None, "monitor": metric, "epochs": run.epochs,
+               "global_step": run.global_step, "fit_seconds": round(fit_seconds, 2)}
+    with phase("exporting the concept tables", f"training finished: the checkpoints are in {ckpt_dir}; "
+               "the concept tables and detector/metrics.json are unchanged (they are replaced together); "
+               "rerun with --ckpt-path last to export"):
+        run.tables, run.metrics = export_concept_tables(
+            run_dir, ConceptDetector.from_checkpoint(best) if best is not None else detector, loaders,
+            datamodule.class_names, accelerator=trainer_kwargs["accelerator"],
+            precision=trainer_kwargs["precision"], summary=summary,
+            concept_groups=getattr(datamodule, "concept_groups", None))
     return run

@@ -2,7 +2,8 @@
 
 A head is fitted on concept probabilities in [0, 1] with class labels, reports its size (rules /
 non-zero weights / distinct concepts used), describes itself in Markdown and saves without pickle
-into a folder: ``head.json`` (name, kind, concept names, classes, size) beside the model's own files.
+into a folder, as one version (:func:`ferl.persist.save_folder`): ``head.json`` (name, kind, concept
+names, classes, size), the model's own files and ``rules.md``, replaced together.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from typing import ClassVar
 import numpy as np
 
 from cbm.data.concept_tables import check_concept_names
-from ferl.persist import atomic_write_text
+from ferl.persist import atomic_write_text, save_folder
 
-__all__ = ["HEAD_JSON", "SCHEMA_VERSION", "ConceptHead", "classes_from", "classes_meta"]
+__all__ = ["HEAD_JSON", "RULES_MD", "SCHEMA_VERSION", "ConceptHead", "classes_from", "classes_meta"]
 
 #: Version of the ``head.json`` layout.
 SCHEMA_VERSION = 1
 HEAD_JSON = "head.json"
+#: The head's description with concept names (`ConceptHead.describe`), saved with it.
+RULES_MD = "rules.md"
 
 
 class ConceptHead(ABC):
@@ -74,7 +77,7 @@ class ConceptHead(ABC):
 
     @abstractmethod
     def _save_model(self, path: Path) -> dict:
-        """Write ``model.json`` + ``model.npz`` into ``path``; return extra ``head.json`` fields."""
+        """Write the model's files into folder ``path``; return extra ``head.json`` fields."""
 
     @abstractmethod
     def _load_model(self, path: Path, doc: dict) -> None:
@@ -165,20 +168,32 @@ class ConceptHead(ABC):
             )
         return idx
 
-    def save(self, path: str | os.PathLike) -> Path:
-        """Write the head into folder ``path`` (created): ``head.json``, ``model.json``, ``model.npz``.
+    def save(self, path: str | os.PathLike, rules_note: str = "") -> Path:
+        """Write the head into folder ``path`` (created) as one version: ``head.json``, the model's
+        files (FERL and LR: ``model.json`` + ``model.npz``; CART: ``model.skops``) and ``rules.md``
+        (``rules_note``, then `describe`).
 
-        Every file is written atomically; no pickle.
+        The previous head in ``path`` stays loadable until the new one is complete
+        (:func:`ferl.persist.save_folder`; `load_head` follows ``path/current.json``); no pickle.
+
+        Returns
+        -------
+        Path
+            ``path``.
         """
-        path = Path(path)
-        extra = self._save_model(path)
-        doc = {
+        rules = rules_note + self.describe()
+        base = {
             "schema_version": SCHEMA_VERSION, "head": self.name, "kind": self.kind, "seed": self.seed,
             "concept_names": self.concept_names_, "classes": [str(c) for c in self.classes_],
-            "size": self.size(), **extra,
+            "size": self.size(),
         }
-        atomic_write_text(path / HEAD_JSON, json.dumps(doc, indent=1) + "\n")
-        return path
+
+        def write(folder: Path) -> None:
+            doc = {**base, **self._save_model(folder)}
+            atomic_write_text(folder / HEAD_JSON, json.dumps(doc, indent=1) + "\n")
+            atomic_write_text(folder / RULES_MD, rules)
+
+        return save_folder(path, write)
 
 
 def classes_meta(classes: np.ndarray) -> dict:

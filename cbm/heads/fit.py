@@ -16,7 +16,13 @@
 
 A test split holding classes absent from train is an error, unless the run is open-world (the
 run's ``config.yaml`` sets ``data.fold``, or ``--open-world true``): then those rows are left out
-of the head metrics and counted. Every file is written atomically.
+of the head metrics and counted.
+
+Nothing is written before every head is fitted; then ``calibration.json``, the head folders,
+``metrics.json`` and the tables are replaced together (:class:`ferl.persist.StepWriter`), so a job
+stopped at any point (an error, a signal, a kill) leaves the previous results whole. The job holds
+the output folder's write lock: a second job writing the same folder stops at once with an error
+naming the first (:func:`ferl.persist.folder_lock`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -38,9 +45,10 @@ from cbm.concepts.calibration import ConceptCalibrator, concept_ece
 from cbm.data.concept_tables import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.heads.tables import heads_frame, heads_markdown
+from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
 from ferl import metrics as M
-from ferl.persist import atomic_write_text
+from ferl.persist import StepWriter, folder_lock
 
 __all__ = ["INPUTS", "evaluate_head", "fit_head", "fit_head_main", "fit_head_parser"]
 
@@ -51,13 +59,36 @@ INPUTS = ("raw", "calibrated")
 
 
 def _read_run_config(*folders: Path) -> dict:
-    """The ``data`` section of the first ``config.yaml`` found in ``folders`` ({} if none)."""
+    """The ``data`` section of the first ``config.yaml`` found in ``folders`` ({} if none).
+
+    Raises
+    ------
+    ValueError
+        The file is not valid YAML.
+    """
     paths = [f / "config.yaml" for f in folders if (f / "config.yaml").is_file()]
     if not paths:
         return {}
-    cfg = yaml.safe_load(paths[0].read_text()) or {}
+    try:
+        cfg = yaml.safe_load(paths[0].read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"{paths[0]} is not valid YAML ({err}); fix or remove it") from err
     data = cfg.get("data") if isinstance(cfg, dict) else None
     return data if isinstance(data, dict) else {}
+
+
+def _read_metrics(path: Path) -> dict:
+    """The run's ``metrics.json`` ({} if absent), checked before anything is fitted or written."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} exists but is not valid JSON ({err}); fix or remove it") from err
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path} holds a JSON {type(doc).__name__}, not an object with one entry per job; "
+                         "fix or remove it")
+    return doc
 
 
 def _paper_dataset(dataset: str, data_cfg: dict, n_classes: int) -> str | None:
@@ -172,74 +203,85 @@ def fit_head(
         A concept table is missing.
     ValueError
         Invalid tables (split, row and concept named), names that differ between tables, test
-        classes unseen in train outside an open-world run, an unknown head.
+        classes unseen in train outside an open-world run, an unknown head, a ``metrics.json`` or
+        ``config.yaml`` that cannot be read (checked before anything is fitted).
+    ferl.persist.FolderBusyError
+        Another process is writing ``out``.
+    OSError
+        ``out`` cannot be written (read-only, full); the previous results are then unchanged.
     """
     out = Path(out)
     if not Path(concepts).is_dir():
         raise FileNotFoundError(f"{concepts} is not a folder: give a run directory made by train-detector "
                                 "(holding concepts/{train,val,test}.npz) or a concepts/ folder")
     names = _resolve_heads(list(heads))
-    metrics_path = out / "metrics.json"
-    try:
-        doc = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{metrics_path} exists but is not valid JSON ({err}); fix or remove it") from err
-    tables = load_concept_tables(concepts)
-    train, test = tables["train"], tables["test"]
-    concept_names, class_names = train.concept_names, np.asarray(train.class_names)
-    data_cfg = _read_run_config(out, Path(concepts), Path(concepts).parent)
-    if open_world is None:
-        open_world = data_cfg.get("fold") is not None
-    seen = np.isin(test.y, np.unique(train.y))
-    if not seen.all():
-        unseen = sorted({str(class_names[c]) for c in test.y[~seen]})
-        if not open_world:
-            raise ValueError(
-                f"the test split has {int((~seen).sum())} rows of {len(unseen)} class(es) never seen in "
-                f"train: {unseen[:20]}; this is only valid for an open-world run (--open-world true)"
-            )
-        log.info("open-world run: %d test rows of unseen classes left out", int((~seen).sum()))
+    with folder_lock(out):
+        metrics_path = out / "metrics.json"
+        doc = _read_metrics(metrics_path)
+        tables = load_concept_tables(concepts)
+        train, test = tables["train"], tables["test"]
+        concept_names, class_names = train.concept_names, np.asarray(train.class_names)
+        data_cfg = _read_run_config(out, Path(concepts), Path(concepts).parent)
+        if open_world is None:
+            open_world = data_cfg.get("fold") is not None
+        seen = np.isin(test.y, np.unique(train.y))
+        if not seen.all():
+            unseen = sorted({str(class_names[c]) for c in test.y[~seen]})
+            if not open_world:
+                raise ValueError(
+                    f"the test split has {int((~seen).sum())} rows of {len(unseen)} class(es) never seen in "
+                    f"train: {unseen[:20]}; this is only valid for an open-world run (--open-world true)"
+                )
+            log.info("open-world run: %d test rows of unseen classes left out", int((~seen).sum()))
 
-    calibrator = ConceptCalibrator().fit(tables["val"].probs, tables["val"].concept_labels, concept_names)
-    calibrator.save(out / "calibration.json")
-    inputs = {
-        "raw": {s: t.probs for s, t in tables.items()},
-        "calibrated": {s: calibrator.transform(t.probs, t.concept_names) for s, t in tables.items()},
-    }
-    y_train, y_test = class_names[train.y], class_names[test.y[seen]]
+        with phase("fitting the calibrator and the heads", f"{out} is unchanged: its calibration.json, "
+                   "heads, metrics.json and tables are replaced together, once every head is fitted"):
+            calibrator = ConceptCalibrator().fit(tables["val"].probs, tables["val"].concept_labels,
+                                                 concept_names)
+            inputs = {
+                "raw": {s: t.probs for s, t in tables.items()},
+                "calibrated": {s: calibrator.transform(t.probs, t.concept_names) for s, t in tables.items()},
+            }
+            y_train, y_test = class_names[train.y], class_names[test.y[seen]]
+            results: dict = {name: {} for name in names}
+            fitted: dict[tuple[str, str], ConceptHead] = {}
+            for kind in INPUTS:
+                X_train, X_test = inputs[kind]["train"], inputs[kind]["test"][seen]
+                for name in names:
+                    options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
+                               if name == "lr-restricted" else {})
+                    start = time.perf_counter()
+                    head = make_head(name, seed=seed, **options).fit(X_train, y_train, concept_names)
+                    fit_seconds = time.perf_counter() - start
+                    if isinstance(head, FERLHead):  # the run's novelty threshold, read by `predict`
+                        head.fit_ood_threshold(inputs[kind]["val"])
+                    metrics = evaluate_head(head, X_test, y_test, concept_names)
+                    fitted[name, kind] = head
+                    results[name][kind] = {**metrics, "size": head.size(),
+                                           "fit_seconds": round(fit_seconds, 3)}
+                    log.info("%s (%s): test accuracy %.4f", name, kind, metrics["accuracy"])
 
-    results: dict = {name: {} for name in names}
-    for kind in INPUTS:
-        X_train, X_test = inputs[kind]["train"], inputs[kind]["test"][seen]
-        for name in names:
-            options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
-                       if name == "lr-restricted" else {})
-            start = time.perf_counter()
-            head = make_head(name, seed=seed, **options).fit(X_train, y_train, concept_names)
-            fit_seconds = time.perf_counter() - start
-            if isinstance(head, FERLHead):  # the run's novelty threshold, read by `predict`
-                head.fit_ood_threshold(inputs[kind]["val"])
-            metrics = evaluate_head(head, X_test, y_test, concept_names)
-            folder = head.save(out / "head" / name / kind)
-            atomic_write_text(folder / "rules.md", f"<!-- inputs: {kind} concept probabilities -->\n"
-                              + head.describe())
-            results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
-            log.info("%s (%s): test accuracy %.4f", name, kind, metrics["accuracy"])
-
-    entry = {
-        "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),
-        "paper_dataset": _paper_dataset(dataset, data_cfg, len(class_names)),
-        "open_world": bool(open_world), "n_concepts": len(concept_names), "n_classes": len(class_names),
-        "n_train_classes": len(set(train.y.tolist())),
-        "n": {**{s: t.n_samples for s, t in tables.items()}, "test_unseen_class_rows": int((~seen).sum())},
-        "calibration": {**_calibration_summary(tables, inputs["calibrated"]),
-                        "map_kinds": dict(Counter(calibrator.kinds_))},
-        "heads": results,
-    }
-    doc["fit_head"] = entry
-    atomic_write_text(metrics_path, json.dumps(doc, indent=1) + "\n")
-    atomic_write_text(out / "tables" / "heads.md", heads_markdown(entry))
-    atomic_write_text(out / "tables" / "heads.csv", heads_frame(entry).to_csv(index=False))
+            entry = {
+                "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),
+                "paper_dataset": _paper_dataset(dataset, data_cfg, len(class_names)),
+                "open_world": bool(open_world), "n_concepts": len(concept_names),
+                "n_classes": len(class_names), "n_train_classes": len(set(train.y.tolist())),
+                "n": {**{s: t.n_samples for s, t in tables.items()},
+                      "test_unseen_class_rows": int((~seen).sum())},
+                "calibration": {**_calibration_summary(tables, inputs["calibrated"]),
+                                "map_kinds": dict(Counter(calibrator.kinds_)),
+                                "constant_maps": calibrator.constant_maps()},
+                "heads": results,
+            }
+            doc["fit_head"] = entry
+            with StepWriter(out) as step:
+                calibrator.save(step.path(out / "calibration.json"))
+                for (name, kind), head in fitted.items():
+                    note = f"<!-- inputs: {kind} concept probabilities -->\n"
+                    step.folder(out / "head" / name / kind, partial(head.save, rules_note=note))
+                step.write_text(metrics_path, json.dumps(doc, indent=1) + "\n")
+                step.write_text(out / "tables" / "heads.md", heads_markdown(entry))
+                step.write_text(out / "tables" / "heads.csv", heads_frame(entry).to_csv(index=False))
     return entry
 
 
@@ -268,7 +310,9 @@ def fit_head_parser() -> ArgumentParser:
 def fit_head_main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``fit-head``; prints the Table-4-style table.
 
-    Bad input ends the program with ``fit-head: error: <message>`` (exit status 1).
+    Bad input, file-system errors and an output folder that another process is writing end the
+    program with one ``fit-head: error: <message>`` line (exit status 1); SIGTERM / SIGINT with
+    one line saying what was kept (:func:`cbm.jobs.console_main`).
     """
     cfg = fit_head_parser().parse_args(argv)
     heads = cfg.heads.split(",") if isinstance(cfg.heads, str) else list(cfg.heads)
@@ -277,11 +321,12 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
     if cfg.concepts is not None and cfg.out is None:
         raise SystemExit("fit-head: error: --concepts needs --out <dir>")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    try:
-        set_threads(cfg.threads)
-        fit_head(cfg.run or cfg.concepts, cfg.out or cfg.run, heads=[h.strip() for h in heads],
-                 seed=cfg.seed, dataset=cfg.dataset, open_world=cfg.open_world)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"fit-head: error: {err}") from err
     out = Path(cfg.out or cfg.run)
+
+    def job():
+        set_threads(cfg.threads)
+        return fit_head(cfg.run or cfg.concepts, out, heads=[h.strip() for h in heads], seed=cfg.seed,
+                        dataset=cfg.dataset, open_world=cfg.open_world)
+
+    console_main("fit-head", job)
     print((out / "tables" / "heads.md").read_text())

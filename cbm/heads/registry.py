@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 from cbm.heads.base import HEAD_JSON, SCHEMA_VERSION, ConceptHead
 from cbm.heads.models import CARTHead, FERLHead, LRHead, RestrictedLRHead
+from ferl.persist import current_folder
 
 __all__ = ["HEADS", "load_head", "make_head"]
 
@@ -55,14 +55,18 @@ def make_head(name: str, seed: int = 0, **options) -> ConceptHead:
 def load_head(path: str | os.PathLike) -> ConceptHead:
     """Load a head saved by `ConceptHead.save`; predictions equal the saved head's.
 
+    Follows ``path/current.json`` to the current version (:func:`ferl.persist.current_folder`); a
+    head saved before versions (files side by side in ``path``) loads too.
+
     Raises
     ------
     FileNotFoundError
         ``head.json`` or the model files are missing.
     ValueError
-        Another schema version, or a head name / kind that the registry does not know.
+        Another schema version, a head name / kind that the registry does not know, or files that
+        differ from what was saved.
     """
-    path = Path(path)
+    path = current_folder(path)
     if not (path / HEAD_JSON).is_file():
         raise FileNotFoundError(f"{path / HEAD_JSON} not found (not a saved head)")
     try:
@@ -80,6 +84,9 @@ def load_head(path: str | os.PathLike) -> ConceptHead:
     head = make_head(doc["head"], doc["seed"])
     if head.kind != doc["kind"]:
         raise ValueError(f"{path / HEAD_JSON}: head {doc['head']!r} is not of kind {doc['kind']!r}")
-    head.concept_names_ = list(doc["concept_names"])
+    names = doc["concept_names"]
+    if not isinstance(names, list) or not names or len(set(map(str, names))) != len(names):
+        raise ValueError(f"{path / HEAD_JSON}: concept_names must be a non-empty list of unique names")
+    head.concept_names_ = [str(n) for n in names]
     head._load_model(path, doc)
     return head

@@ -52,7 +52,7 @@ from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_tru
 from cbm.openworld.settings import EvalSettings, check_keep_checkpoints, prune_checkpoints
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS
-from ferl.persist import atomic_write_bytes, atomic_write_text
+from ferl.persist import StepWriter, atomic_write_bytes, folder_lock
 
 __all__ = [
     "PARTS",
@@ -331,6 +331,8 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
     """
     check_keep_checkpoints(keep_checkpoints)
     fold_dir = Path(fold_dir)
+    with folder_lock(fold_dir):  # first finish the files of a run killed while writing them
+        pass
     result_file = fold_dir / "result.json"
     wanted = {"result_version": RESULT_VERSION, "settings": settings.to_dict(), "detector_config": detector}
     if not overwrite and result_file.is_file():
@@ -343,10 +345,12 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
     det_info = _train_or_reuse(table, fold, fold_dir, detector, overwrite, steps, keep_checkpoints)
     tables = load_concept_tables(fold_dir, splits=PARTS)
     ev = evaluate_fold(tables, table.class_concepts, fold, seed, settings, examples=examples)
-    ev.calibrator.save(fold_dir / "calibration.json")
-    _save_scores(fold_dir / "scores.npz", settings.detectors, ev.scores, tables, ev.outputs)
     result = {"seed": seed, "fold": fold.index, **ev.result, "steps": steps | ev.result["steps"],
               "detector": det_info, "scores_file": "scores.npz",
               "seconds": round(time.perf_counter() - start, 2), **wanted}
-    atomic_write_text(result_file, json.dumps(result, indent=1) + "\n")
+    with StepWriter(fold_dir) as step:  # calibration, scores and result.json are replaced together
+        ev.calibrator.save(step.path(fold_dir / "calibration.json"))
+        _save_scores(step.path(fold_dir / "scores.npz"), settings.detectors, ev.scores, tables,
+                     ev.outputs)
+        step.write_text(result_file, json.dumps(result, indent=1) + "\n")
     return {**result, "status": det_info["status"]}

@@ -32,6 +32,7 @@ from cbm.data import ConceptDataModule, load_folds
 from cbm.data.tables import SampleTable
 from cbm.detector.cli import detector_parser
 from cbm.detector.train import quiet_library_noise
+from cbm.jobs import console_main, phase
 from cbm.openworld.fold import (
     PARTS,
     run_fold,
@@ -40,7 +41,7 @@ from cbm.openworld.report import FOLD_DIR, PAPER_TABLE5, write_report
 from cbm.openworld.settings import KEEP_CHECKPOINTS, EvalSettings, check_keep_checkpoints
 from cbm.runtime import add_threads_argument, set_threads
 from ferl.benchmarks.ood import DETECTORS
-from ferl.persist import atomic_write_text
+from ferl.persist import atomic_write_text, folder_lock
 
 __all__ = ["EvalSettings", "evaluate_openworld_main", "openworld_parser", "run_openworld"]
 
@@ -173,8 +174,10 @@ def run_openworld(
             det.update(run_dir=str(out / FOLD_DIR.format(seed=s, fold=f)), seed=int(s))
             det["data"].update(fold=f, folds_path=str(folds_file.resolve()), seed=int(s))
             log.info("open-world: seed %s, fold %s (held out %s)", s, f, all_folds[f].held_out)
-            res = run_fold(table, all_folds[f], int(s), det["run_dir"], det, settings, overwrite=overwrite,
-                           examples=s == seeds[0], keep_checkpoints=keep_checkpoints)
+            with phase(f"running seed {s}, fold {f}", f"the folds finished so far are in {out} (each with "
+                       "its result.json); rerun the same command to go on: finished folds are read back"):
+                res = run_fold(table, all_folds[f], int(s), det["run_dir"], det, settings,
+                               overwrite=overwrite, examples=s == seeds[0], keep_checkpoints=keep_checkpoints)
             if res["status"] == "done":
                 log.info("open-world: seed %s, fold %s read back (evaluated earlier)", s, f)
             else:
@@ -240,22 +243,34 @@ def openworld_parser() -> ArgumentParser:
 
 
 def evaluate_openworld_main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``evaluate-openworld``; prints where the report went and the headline table."""
+    """Entry point of ``evaluate-openworld``; prints where the report went and the headline table.
+
+    The job holds the output folder's write lock (a second job on the same ``--out`` stops at once).
+    Bad options (e.g. ``--folds 99``), data and file errors end with one ``evaluate-openworld:
+    error: <message>`` line (exit status 1); SIGTERM / SIGINT with one line saying which folds were
+    kept (:func:`cbm.jobs.console_main`).
+    """
     parser = openworld_parser()
     cfg = parser.parse_args(argv)
-    if not cfg.detector:
-        raise ValueError("no detector configuration: give --config with a 'detector:' section")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     quiet_library_noise()
-    set_threads(cfg.threads)
-    settings = EvalSettings(heads=tuple(cfg.heads), ferl_kinds=tuple(cfg.ferl_kinds),
-                            baselines=tuple(cfg.baselines), accept=cfg.accept, top_k=tuple(cfg.top_k),
-                            examples_per_fold=cfg.examples_per_fold)
     out = Path(cfg.out or Path("runs") / "openworld" / cfg.name)
-    run = run_openworld(cfg.detector, out, name=cfg.name, seeds=cfg.seeds, folds=cfg.folds,
-                        n_folds=cfg.n_folds, fold_seed=cfg.fold_seed, folds_path=cfg.folds_path,
-                        settings=settings, detector_epochs=cfg.detector_epochs, data_root=cfg.data_root,
-                        paper=cfg.paper, overwrite=cfg.overwrite, keep_checkpoints=cfg.keep_checkpoints,
-                        config_text=parser.dump(cfg))
+
+    def job() -> dict:
+        set_threads(cfg.threads)
+        if not cfg.detector:
+            raise ValueError("no detector configuration: give --config with a 'detector:' section")
+        settings = EvalSettings(heads=tuple(cfg.heads), ferl_kinds=tuple(cfg.ferl_kinds),
+                                baselines=tuple(cfg.baselines), accept=cfg.accept, top_k=tuple(cfg.top_k),
+                                examples_per_fold=cfg.examples_per_fold)
+        with folder_lock(out), phase("preparing the folds", f"{out} holds at most its folds.json besides "
+                                                              "what it held before"):
+            return run_openworld(cfg.detector, out, name=cfg.name, seeds=cfg.seeds, folds=cfg.folds,
+                                 n_folds=cfg.n_folds, fold_seed=cfg.fold_seed, folds_path=cfg.folds_path,
+                                 settings=settings, detector_epochs=cfg.detector_epochs,
+                                 data_root=cfg.data_root, paper=cfg.paper, overwrite=cfg.overwrite,
+                                 keep_checkpoints=cfg.keep_checkpoints, config_text=parser.dump(cfg))
+
+    run = console_main("evaluate-openworld", job)
     print((out / "report.md").read_text().split("\n## ")[1] if (out / "report.md").is_file() else "")
     print(f"report: {run['files']['report']}  ({run['record']['wall_seconds']:.0f} s)")

@@ -22,6 +22,7 @@ from typing import Literal
 from jsonargparse import ArgumentParser
 from jsonargparse.typing import PositiveInt
 
+from cbm.jobs import console_main, phase
 from cbm.predict.inputs import find_images, read_concepts_file
 from cbm.predict.output import FORMATS, write_page, write_table
 from cbm.predict.pipeline import Pipeline, Predictions
@@ -95,21 +96,24 @@ def run_predict(run: str, *, images: Sequence[str] | None = None, folder: str | 
 def predict_main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``predict``; prints a summary and the written files.
 
-    Bad options or inputs end with ``predict: error: <message>`` (exit status 1), and so does a run
-    where no input could be read; unreadable inputs are listed.
+    Bad options, inputs and file errors end with one ``predict: error: <message>`` line (exit
+    status 1), and so does a run where no input could be read; unreadable inputs are listed.
+    SIGTERM / SIGINT end it with one line (exit status 143 / 130, :func:`cbm.jobs.console_main`).
     """
     cfg = predict_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     start = time.perf_counter()
-    try:
+
+    def job() -> tuple[Predictions, list[Path]]:
         set_threads(cfg.threads)
-        pred, files = run_predict(cfg.run, images=cfg.images, folder=cfg.folder, concepts=cfg.concepts,
-                                  head=cfg.head, inputs=cfg.inputs, out=cfg.out,
-                                  formats=("csv", "jsonl") if cfg.format == "both" else (cfg.format,),
-                                  page=cfg.page, page_limit=cfg.page_limit, top_k=cfg.top_k,
-                                  batch_size=cfg.batch_size, device=cfg.device, progress=cfg.progress)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"predict: error: {err}") from err
+        with phase("predicting", "the run is unchanged; files already written under --out are whole"):
+            return run_predict(cfg.run, images=cfg.images, folder=cfg.folder, concepts=cfg.concepts,
+                               head=cfg.head, inputs=cfg.inputs, out=cfg.out,
+                               formats=("csv", "jsonl") if cfg.format == "both" else (cfg.format,),
+                               page=cfg.page, page_limit=cfg.page_limit, top_k=cfg.top_k,
+                               batch_size=cfg.batch_size, device=cfg.device, progress=cfg.progress)
+
+    pred, files = console_main("predict", job)
     rows = [r for r in pred.rows if r["error"] is None]
     for r in pred.rows:
         if r["error"] is not None:

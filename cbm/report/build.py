@@ -4,6 +4,7 @@
 an ``evaluate-openworld`` output folder) and writes, atomically::
 
     <run>/report.md              concept accuracy, heads (raw vs calibrated), curves, open world,
+                                 concept interventions (from ``interventions/``, when run),
                                  three example explanations, the FERL rules and tree
     <run>/plots/{concept_accuracy,heads,tree}.png
     <run>/plots/{training_curves,risk_coverage,reliability,confusion}.png   (cbm.report.curves)
@@ -30,8 +31,10 @@ from jsonargparse import ArgumentParser
 
 from cbm.detector import concept_metrics
 from cbm.heads.tables import HEAD_LABELS, heads_markdown
+from cbm.jobs import console_main, phase
 from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
+from cbm.report.interventions import interventions_section
 from cbm.report.plots import (
     concept_accuracy_figure,
     evidence_figure,
@@ -42,7 +45,7 @@ from cbm.report.plots import (
 )
 from cbm.report.run import RunView, load_run
 from cbm.runtime import add_threads_argument, set_threads
-from ferl.persist import atomic_write_bytes, atomic_write_text
+from ferl.persist import StepWriter, atomic_write_bytes, current_folder
 
 __all__ = ["build_report", "demote_headings", "report_main", "report_parser"]
 
@@ -192,6 +195,7 @@ def build_report(
     run_dir = Path(run_dir)
     run = load_run(run_dir)
     model = run.head(head, inputs)
+    rules = current_folder(run_dir / "head" / head / inputs).relative_to(run_dir).as_posix() + "/rules.md"
     examples = choose_and_explain(run, head, inputs)
     written: dict[str, bytes] = {}
     lines = [f"# {title or f'Run report: {run_dir.name}'}", "",
@@ -209,6 +213,7 @@ def build_report(
     lines += _heads_section(run)
     lines += curves_section(run, model, head, inputs, written)
     lines += _openworld_section(run_dir, None if openworld is None else Path(openworld))
+    lines += interventions_section(run_dir)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
               "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "
@@ -219,15 +224,16 @@ def build_report(
     written["plots/tree.png"] = figure_png(tree_figure(model.model_), dpi=90)
     lines += [f"## Rules of {HEAD_LABELS.get(head, head)} ({inputs} inputs)", "",
               f"{model.model_.n_rules_} rules over {model.size()['concepts_used']} concepts "
-              f"(also in [head/{head}/{inputs}/rules.md](head/{head}/{inputs}/rules.md)).", "",
+              f"(also in [{rules}]({rules})).", "",
               "![FERL tree](plots/tree.png)", "", model.model_.export_text(style="markdown"), ""]
-    for rel, data in written.items():
-        atomic_write_bytes(run_dir / rel, data)
-    examples_dir = run_dir / "examples"
-    for stale in examples_dir.glob("*.png"):  # left by an earlier report of this run
+    with StepWriter(run_dir) as step:  # the figures and report.md are replaced together
+        for rel, data in written.items():
+            atomic_write_bytes(step.path(run_dir / rel), data)
+        step.write_text(run_dir / "report.md", "\n".join(lines).rstrip() + "\n")
+    for stale in (run_dir / "examples").glob("*.png"):  # left by an earlier report of this run
         if f"examples/{stale.name}" not in written:
             stale.unlink()
-    return atomic_write_text(run_dir / "report.md", "\n".join(lines).rstrip() + "\n")
+    return run_dir / "report.md"
 
 
 def report_parser() -> ArgumentParser:
@@ -243,13 +249,17 @@ def report_parser() -> ArgumentParser:
 
 
 def report_main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of ``python -m cbm.report``; bad input ends with ``error: <message>`` (status 1)."""
+    """Entry point of ``python -m cbm.report``; bad input and file errors end with one
+    ``report: error: <message>`` line (status 1), SIGTERM / SIGINT with one line saying what was
+    kept (:func:`cbm.jobs.console_main`)."""
     cfg = report_parser().parse_args(argv)
-    try:
+
+    def job() -> Path:
         set_threads(cfg.threads)
-        path = build_report(cfg.run_dir, head=cfg.head, inputs=cfg.inputs, openworld=cfg.openworld,
-                            title=cfg.title)
-    except (FileNotFoundError, ValueError) as err:
-        raise SystemExit(f"report: error: {err}") from err
-    print(f"report: {path}")
+        with phase("building the report", f"{cfg.run_dir} keeps its previous report.md and figures (they "
+                   "are replaced together, at the end)"):
+            return build_report(cfg.run_dir, head=cfg.head, inputs=cfg.inputs, openworld=cfg.openworld,
+                                title=cfg.title)
+
+    print(f"report: {console_main('report', job)}")
 

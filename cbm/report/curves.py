@@ -71,7 +71,7 @@ def _reliability(run: RunView) -> bytes:
     for name in run.heads():
         series = {}
         for inputs in ("raw", "calibrated"):
-            if (run.run_dir / "head" / name / inputs / "head.json").is_file():
+            if (run.run_dir / "head" / name / inputs).is_dir():  # a saved head (current.json or head.json)
                 h = run.head(name, inputs)
                 X, y = _test_rows(run, inputs, h.classes_)
                 proba = h.predict_proba(X)

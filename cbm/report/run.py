@@ -92,7 +92,7 @@ class RunView:
             No such head in the run (the saved heads are listed).
         """
         path = self.run_dir / "head" / name / inputs
-        if not (path / "head.json").is_file():
+        if not path.is_dir():
             raise FileNotFoundError(f"no head {name!r} ({inputs} inputs) in {self.run_dir}; saved heads: "
                                     f"{self.heads() or 'none (run fit-head first)'}")
         return load_head(path)

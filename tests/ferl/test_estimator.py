@@ -5,7 +5,7 @@ import pytest
 from sklearn.datasets import load_iris, load_wine
 from sklearn.utils.estimator_checks import check_estimator
 
-from ferl import PRESETS, FERLClassifier
+from ferl import PRESETS, FERLClassifier, persist
 
 # Written reasons for the only scikit-learn checks FERL does not pass.
 EXPECTED_FAILED_CHECKS = {
@@ -63,7 +63,8 @@ def test_save_load_round_trip_is_identical(tmp_path, wine, variant):
     labels = np.array(["barolo", "grignolino", "barbera"])[y]
     clf = FERLClassifier(variant, random_state=0).fit(X, labels)
     clf.save(tmp_path / "m")
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["model.json", "model.npz"]
+    files = sorted(p.name for p in persist.current_folder(tmp_path / "m").iterdir())
+    assert files == ["model.json", "model.npz"]
     back = FERLClassifier.load(tmp_path / "m")
     np.testing.assert_array_equal(back.predict(X), clf.predict(X))
     np.testing.assert_array_equal(back.predict_proba(X), clf.predict_proba(X))
@@ -75,10 +76,12 @@ def test_save_load_round_trip_is_identical(tmp_path, wine, variant):
 def test_load_detects_a_corrupted_npz(tmp_path, wine):
     X, y = wine
     FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
-    with open(tmp_path / "model.npz", "ab") as fh:
+    with open(persist.current_folder(tmp_path) / "model.npz", "ab") as fh:
         fh.write(b"x")
-    with pytest.raises(ValueError, match="checksum"):
+    with pytest.raises(ValueError, match="SHA-256"):  # the folder's pointer
         FERLClassifier.load(tmp_path)
+    with pytest.raises(ValueError, match="checksum"):  # the model's own record
+        FERLClassifier.load(persist.current_folder(tmp_path, verify=False))
 
 
 def test_string_labels_round_trip_and_columns_follow_classes():
@@ -229,10 +232,12 @@ def test_explain_rejects_a_scalar(wine):
 
 
 def _rewrite(folder, json_edit=None, npz_edit=None):
+    """Hand-edit the saved model's files (recomputing the npz checksum); return their folder."""
     import hashlib
     import io
     import json
 
+    folder = persist.current_folder(folder)
     doc = json.loads((folder / "model.json").read_text())
     if npz_edit is not None:
         arrays = dict(np.load(folder / "model.npz"))
@@ -244,6 +249,7 @@ def _rewrite(folder, json_edit=None, npz_edit=None):
     if json_edit is not None:
         json_edit(doc)
     (folder / "model.json").write_text(json.dumps(doc))
+    return folder
 
 
 @pytest.mark.parametrize("json_edit, npz_edit, match", [
@@ -259,22 +265,28 @@ def _rewrite(folder, json_edit=None, npz_edit=None):
     (None, lambda a: a.__setitem__("tree_value", a["tree_value"] * np.nan), "class distribution"),
     (None, lambda a: a.__setitem__("tree_trap", a["tree_trap"][:2]), "'trap'"),
     (None, lambda a: a.pop("feature_range"), "feature_range"),
+    # issue 18: values a fit never produces
+    (None, lambda a: a["tree_free_mean"].__setitem__((0, 0), np.nan), "free_mean of node 0, .*'x0' is nan"),
+    (None, lambda a: a["tree_free_var"].__setitem__((0, 1), -1.0), "free_var of node 0, .*'x1' is -1.0"),
+    (lambda d: d.update(classes=[0, 0, 2]), None, r"duplicated classes \['0'\]"),
+    (lambda d: d.update(feature_names=["a"] * 13), None, r"duplicated feature names \['a'\]"),
+    (None, lambda a: a["tree_lo"].__setitem__(0, a["tree_hi"][0] + 1), "node 0 has an observed range lo >"),
+    (None, lambda a: a["tree_trap"].__setitem__((0, 2), a["tree_trap"][0, 3] + 1), "not a <= b <= c <= d"),
 ])
 def test_load_rejects_hand_edited_models(tmp_path, wine, json_edit, npz_edit, match):
     X, y = wine
     FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
-    _rewrite(tmp_path, json_edit, npz_edit)
     with pytest.raises(ValueError, match=match):
-        FERLClassifier.load(tmp_path)
+        FERLClassifier.load(_rewrite(tmp_path, json_edit, npz_edit))
 
 
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]", ""])
 def test_load_rejects_a_corrupted_json(tmp_path, wine, text):
     X, y = wine
     FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
-    (tmp_path / "model.json").write_text(text)
+    (persist.current_folder(tmp_path) / "model.json").write_text(text)
     with pytest.raises(ValueError, match="model.json"):
-        FERLClassifier.load(tmp_path)
+        FERLClassifier.load(persist.current_folder(tmp_path, verify=False))
 
 
 def test_load_rejects_an_unreadable_npz_with_matching_checksum(tmp_path, wine):
@@ -283,13 +295,14 @@ def test_load_rejects_an_unreadable_npz_with_matching_checksum(tmp_path, wine):
 
     X, y = wine
     FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
-    blob = (tmp_path / "model.npz").read_bytes()[:100]
-    (tmp_path / "model.npz").write_bytes(blob)
-    doc = json.loads((tmp_path / "model.json").read_text())
+    folder = persist.current_folder(tmp_path)
+    blob = (folder / "model.npz").read_bytes()[:100]
+    (folder / "model.npz").write_bytes(blob)
+    doc = json.loads((folder / "model.json").read_text())
     doc["npz_sha256"] = hashlib.sha256(blob).hexdigest()
-    (tmp_path / "model.json").write_text(json.dumps(doc))
+    (folder / "model.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="model.npz"):
-        FERLClassifier.load(tmp_path)
+        FERLClassifier.load(folder)
 
 
 def test_failed_save_leaves_the_previous_model_intact(tmp_path, wine):

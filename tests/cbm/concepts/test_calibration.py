@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.isotonic import IsotonicRegression
 
-from cbm.concepts.calibration import ConceptCalibrator, concept_ece
+from cbm.concepts.calibration import ConceptCalibrator, ConstantCalibrationWarning, concept_ece
 
 NAMES = ["has_wing::red", "has_beak::long", "has_tail::short"]
 
@@ -43,11 +43,14 @@ def test_saturated_scores_calibrate_and_keep_order():
     probs[:, 2] = (rng.random(n) < 0.5).astype(float)  # only 0 and 1
     labels[:, 2] = (probs[:, 2] == 1) ^ (rng.random(n) < 0.2)
     names = [f"c{j}" for j in range(4)]
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         cal = ConceptCalibrator().fit(probs, labels, names)
         grid = np.linspace(0, 1, 21)  # at test time every concept may saturate to exactly 0 or 1
         out = cal.transform(np.repeat(grid[:, None], 4, axis=1))
+    assert [w.category for w in caught] == [ConstantCalibrationWarning]  # and no scikit-learn warning
+    assert "2 of 4 concepts" in str(caught[0].message) and "'c1': every validation probability is 1" \
+        in str(caught[0].message)
     assert np.all(np.isfinite(out)) and out.min() >= 0 and out.max() <= 1
     assert np.all(np.diff(out, axis=0) >= 0)  # every map keeps the order of raw scores
     np.testing.assert_allclose(out[:, 0], labels[:, 0].mean())  # constant score -> positive rate
@@ -60,16 +63,33 @@ def test_saturated_scores_calibrate_and_keep_order():
 
 
 @pytest.mark.parametrize("value", [0, 1])
-def test_constant_labels_map_to_that_constant_without_warning(value):
+def test_constant_labels_map_to_that_constant_and_say_so(value):
     rng = np.random.default_rng(2)
     probs, labels = _noisy(rng, 100, 3, low=0.1, high=0.7)
     labels[:, 1] = value
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         cal = ConceptCalibrator().fit(probs, labels, NAMES)
         out = cal.transform(np.array([[0.3, 0.0, 0.3], [0.3, 0.5, 0.3], [0.3, 1.0, 0.3]]))
+    assert [w.category for w in caught] == [ConstantCalibrationWarning]
+    assert f"'has_beak::long': every validation label is {value}" in str(caught[0].message)
     np.testing.assert_array_equal(out[:, 1], float(value))
     assert cal.kinds_[1] == "constant labels"
+    assert cal.constant_maps() == {"has_beak::long": f"every validation label is {value}"}
+
+
+def test_a_flat_isotonic_fit_is_named_as_a_constant_map(tmp_path):
+    """Scores that differ only by rounding (1e-16) give an 'isotonic' map that is constant."""
+    rng = np.random.default_rng(7)
+    probs, labels = _noisy(rng, 80, 3)
+    probs[:, 2] = 0.5 + rng.integers(-2, 3, 80) * 1e-16
+    with pytest.warns(ConstantCalibrationWarning, match=r"1 of 3 concepts.*'has_tail::short': the "
+                      r"isotonic fit is flat at 0\.\d+"):
+        cal = ConceptCalibrator().fit(probs, labels, NAMES)
+    assert cal.kinds_ == ["isotonic", "isotonic", "flat fit"]
+    assert np.ptp(cal.transform(rng.random((50, 3)))[:, 2]) == 0
+    loaded = ConceptCalibrator.load(cal.save(tmp_path / "calibration.json"))
+    assert loaded.kinds_[2] == "flat fit" and list(loaded.constant_maps()) == ["has_tail::short"]
 
 
 def test_heavily_tied_inputs_match_scikit_learn():
@@ -110,7 +130,8 @@ def test_save_load_round_trip_is_identical(tmp_path):
     rng = np.random.default_rng(5)
     probs, labels = _noisy(rng, 300, 3)
     labels[:, 2] = 1
-    cal = ConceptCalibrator().fit(probs, labels, NAMES)
+    with pytest.warns(ConstantCalibrationWarning):
+        cal = ConceptCalibrator().fit(probs, labels, NAMES)
     path = cal.save(tmp_path / "run" / "calibration.json")
     assert not [p for p in path.parent.iterdir() if p.name != "calibration.json"]  # no temp files
     loaded = ConceptCalibrator.load(path)
@@ -163,6 +184,11 @@ def test_unfitted_and_corrupted_files_raise(tmp_path):
     (lambda d: d.pop("maps"), "malformed"),
     (lambda d: d.update(concept_names=None), "malformed"),
     (lambda d: d["maps"][0].update(x=["a"]), "not numeric"),
+    (lambda d: d.pop("n_samples"), "n_samples .* is missing"),
+    (lambda d: d.update(n_samples="50"), "n_samples .* is '50'"),
+    (lambda d: (d.update(concept_names=["a", "a"]), d["maps"][1].update(concept="a")),
+     r"duplicated: \['a'\]"),
+    (lambda d: d["maps"][0].update(kind="magic"), r"unknown map kinds \['magic'\]"),
 ])
 def test_load_rejects_hand_edited_maps(tmp_path, edit, match):
     rng = np.random.default_rng(0)

@@ -163,3 +163,17 @@ def test_load_rejects_a_non_scalar_schema_version(tmp_path):
     np.savez(path, **data)
     with pytest.raises(ValueError, match="schema version"):
         load_concept_table(path)
+
+
+def test_concept_groups_are_saved_and_older_tables_get_them_from_the_names(tmp_path):
+    path = tmp_path / "test.npz"
+    saved = save_concept_table(path, **_arrays(), concept_groups={"colour": [0, 1], "bill": [2]})
+    assert saved.concept_groups == load_concept_table(path).concept_groups == ["colour", "colour", "bill"]
+    with np.load(path) as z:  # a table written before the key existed
+        data = {k: z[k] for k in z.files if k != "concept_groups"}
+    np.savez(path, **data)
+    assert load_concept_table(path).concept_groups == ["wing", "wing", "beak"]
+    with pytest.raises(ValueError, match=r"concepts \[2\] without a group"):
+        save_concept_table(path, **_arrays(), concept_groups={"wing": [0, 1]})
+    with pytest.raises(ValueError, match="concept_groups must name a non-empty group"):
+        ConceptTable(**_arrays(), concept_groups=["wing", "wing"])

@@ -11,6 +11,7 @@ import torch
 
 from cbm.data import ConceptDataModule, load_dataset, make_synthetic
 from cbm.data.datamodule import build_transform
+from cbm.data.tables import FeatureTable
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +108,21 @@ def test_train_transform_shapes():
     assert t(img).shape == (3, 48, 48)
     e = build_transform(48, train=False)
     assert e(img).shape == (3, 48, 48)
+
+
+@pytest.mark.parametrize("batch_size, sizes", [(7, [7] * 17), (8, [8] * 15), (119, [119]),
+                                               (11, [11] * 10 + [10])])
+def test_a_last_training_batch_of_one_is_dropped(synthetic_table, batch_size, sizes):
+    """BatchNorm cannot train on one sample per channel; 120 training images leave 120 % 7 == 1."""
+    dm = ConceptDataModule("synthetic", table=synthetic_table, batch_size=batch_size)
+    assert [len(y) for _, _, y in dm.train_dataloader()] == sizes
+    assert sum(len(y) for _, _, y in dm.eval_dataloader("train")) == 120  # the export keeps every image
+
+
+def test_a_training_split_of_one_sample_is_refused():
+    table = FeatureTable(name="awa_features", sample_ids=["a", "b", "c"], y=[0, 1, 1], concepts=np.eye(3, 2),
+                         split=["train", "val", "test"], class_names=["x", "y"], concept_names=["p", "q"],
+                         class_concepts=np.eye(2), features=np.zeros((3, 4), dtype=np.float32))
+    dm = ConceptDataModule("awa_features", table=table, batch_size=4)
+    with pytest.raises(ValueError, match="training split has 1 sample.*at least 2"):
+        dm.train_dataloader()

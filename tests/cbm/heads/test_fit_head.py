@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +14,10 @@ import pytest
 
 from cbm.concepts.calibration import ConceptCalibrator, concept_ece
 from cbm.data.concept_tables import load_concept_table, save_concept_table
+from cbm.heads import fit as fit_mod
 from cbm.heads import load_head
-from cbm.heads.fit import evaluate_head, fit_head, fit_head_main, fit_head_parser
+from cbm.heads.fit import INPUTS, evaluate_head, fit_head, fit_head_main, fit_head_parser
+from ferl.persist import current_folder, folder_lock
 
 K = 8
 CONCEPTS = [f"has_part::{j}" for j in range(K)]
@@ -61,12 +65,12 @@ def test_files_of_a_run(run):
     assert (run / "calibration.json").is_file()
     for name in ("ferl-compact", "ferl-deep", "cart", "lr", "lr-restricted"):
         for inputs in ("raw", "calibrated"):
-            folder = run / "head" / name / inputs
+            folder = current_folder(run / "head" / name / inputs)
             model = {"model.skops"} if name == "cart" else {"model.json", "model.npz"}
             assert {p.name for p in folder.iterdir()} == {"head.json", "rules.md", *model}
-    rules = (run / "head" / "ferl-deep" / "calibrated" / "rules.md").read_text()
-    assert "rules over" in rules and "has_part::" in rules
-    assert not list(run.rglob("*.tmp"))
+    rules = (current_folder(run / "head" / "ferl-deep" / "calibrated") / "rules.md").read_text()
+    assert "rules over" in rules and "has_part::" in rules and rules.startswith("<!-- inputs: calibrated")
+    assert not list(run.rglob("*.tmp")) and not list(run.glob(".step-*"))
     doc = json.loads((run / "metrics.json").read_text())
     assert doc["detector"] == {"concept_acc": 0.9}  # other entries are kept
     entry = doc["fit_head"]
@@ -178,3 +182,133 @@ def test_default_config_parses():
     assert cfg.heads == "lr,cart" and cfg.seed == 0 and cfg.dataset == "auto" and cfg.open_world is None
     cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r"])
     assert cfg.heads == ["ferl-compact", "ferl-medium", "ferl-deep", "cart", "lr", "lr-restricted"]
+
+
+# ----------------------------------------------------------------------------- robustness (issue 18)
+def _snapshot(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.name != ".lock"}
+
+
+@pytest.mark.parametrize("metrics, match", [
+    ("[1, 2]", "holds a JSON list, not an object"), ("{oops", "exists but is not valid JSON"),
+])
+def test_an_unusable_metrics_json_stops_before_anything_is_written(tmp_path, metrics, match):
+    run = _write_tables(tmp_path / "run")
+    (run / "metrics.json").write_text(metrics)
+    before = _snapshot(run)
+    with pytest.raises(SystemExit, match=rf"^fit-head: error: .*metrics.json {match}") as info:
+        fit_head_main(["--run", str(run), "--heads", "lr"])
+    assert "\n" not in str(info.value.code)
+    assert _snapshot(run) == before and not (run / "head").exists()
+
+
+def test_a_corrupt_config_yaml_is_one_error_line(tmp_path):
+    run = _write_tables(tmp_path / "run")
+    (run / "config.yaml").write_text("data: [unclosed\n  dataset: cub\n")
+    with pytest.raises(SystemExit, match=r"^fit-head: error: .*config.yaml is not valid YAML") as info:
+        fit_head_main(["--run", str(run), "--heads", "lr"])
+    assert "\n" not in str(info.value.code) and not (run / "head").exists()
+
+
+def test_a_read_only_out_is_one_error_line(tmp_path, monkeypatch):
+    run = _write_tables(tmp_path / "run")
+    out = tmp_path / "out"
+    out.mkdir()
+    real = os.open
+
+    def read_only(path, *args, **kwargs):  # as a read-only folder answers, even to root
+        if Path(path).parent == out:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(SystemExit, match=r"^fit-head: error: \[Errno 13\] Permission denied: .*out/\.lock"):
+        fit_head_main(["--concepts", str(run / "concepts"), "--out", str(out), "--heads", "lr"])
+
+
+def test_a_second_fit_head_on_one_folder_is_refused(tmp_path, child):
+    run = _write_tables(tmp_path / "run")
+    fit_head(run, run, heads=["lr"], seed=0)
+    before = _snapshot(run)
+    ready, stop = os.pipe(), os.pipe()
+
+    def hold():
+        with folder_lock(run):
+            os.write(ready[1], b"1")
+            os.read(stop[0], 1)
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the other writer
+        child.run(hold)
+        os._exit(0)
+    os.read(ready[0], 1)
+    try:
+        with pytest.raises(SystemExit, match=r"^fit-head: error: .*run is being written by another process"):
+            fit_head_main(["--run", str(run), "--heads", "lr", "--seed", "1"])
+    finally:
+        os.write(stop[1], b"1")
+        os.waitpid(pid, 0)
+    assert _snapshot(run) == before
+
+
+def _seeds(run: Path) -> set[int]:
+    """The seeds of every result of the run's fit-head step (one value when they belong together)."""
+    with folder_lock(run):  # the next writer finishes a step a kill interrupted after its commit
+        pass
+    entry = json.loads((run / "metrics.json").read_text())["fit_head"]
+    seeds = {entry["seed"]} | {load_head(run / "head" / "lr" / i).seed for i in ("raw", "calibrated")}
+    return seeds
+
+
+def test_a_kill_at_any_step_of_fit_head_leaves_one_whole_step(tmp_path, child, monkeypatch):
+    run = _write_tables(tmp_path / "run")
+    fit_head(run, run, heads=["lr"], seed=0)
+    steps = child.count_steps(monkeypatch, lambda: fit_head(run, run, heads=["lr"], seed=1))
+    fit_head(run, run, heads=["lr"], seed=0)
+    killed = 0
+    for i, k in enumerate(range(1, steps + 1, 10)):  # a file-system step in every stretch of 10
+        status = child.run(lambda s=i + 1: fit_head(run, run, heads=["lr"], seed=s), kill_at=k)
+        killed += os.WIFSIGNALED(status)
+        assert len(_seeds(run)) == 1, f"a kill at step {k} of {steps} mixed two fit-head steps"
+    assert killed >= 7 and not list(run.glob(".step-*"))
+
+
+def test_sigterm_while_fitting_exits_143_saying_nothing_changed(tmp_path, child, monkeypatch):
+    run = _write_tables(tmp_path / "run")
+    fit_head(run, run, heads=["lr"], seed=0)
+    before = _snapshot(run)
+    real = fit_mod.make_head
+
+    def make_head(*args, **kwargs):  # the signal arrives while the heads are being fitted
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fit_mod, "make_head", make_head)
+    err = tmp_path / "stderr"
+    status = child.run(lambda: fit_head_main(["--run", str(run), "--heads", "lr", "--seed", "1"]), stderr=err)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM
+    lines = err.read_text().strip().splitlines()
+    assert lines[-1].startswith("fit-head: error: interrupted by SIGTERM while fitting the calibrator and "
+                                f"the heads; {run} is unchanged")
+    assert _snapshot(run) == before
+
+
+def test_a_full_disk_while_writing_is_one_error_line_and_keeps_the_previous_step(tmp_path, monkeypatch):
+    run = _write_tables(tmp_path / "run")
+    fit_head(run, run, heads=["lr"], seed=0)
+    before = _snapshot(run)
+    real, calls = os.fsync, []
+
+    def fsync(fd):
+        calls.append(fd)
+        if len(calls) == 6:  # a file in the middle of the new step
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(SystemExit, match=r"^fit-head: error: \[Errno 28\] No space left on device$"):
+        fit_head_main(["--run", str(run), "--heads", "lr", "--seed", "1"])
+    monkeypatch.undo()
+    assert _snapshot(run) == before and _seeds(run) == {0}
+    assert all(len(list((run / "head" / "lr" / i).glob("v-*"))) == 1 for i in INPUTS)  # no debris

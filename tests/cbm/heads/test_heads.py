@@ -9,6 +9,7 @@ from sklearn.preprocessing import FunctionTransformer
 
 from cbm.heads import HEADS, FERLHead, load_head, make_head
 from cbm.heads.fit import evaluate_head
+from ferl.persist import current_folder
 
 K = 10
 NAMES = [f"concept_{j}" for j in range(K)]
@@ -124,7 +125,7 @@ def test_save_load_round_trip_is_identical(fitted, name, tmp_path):
     head = fitted[name]
     path = head.save(tmp_path / name)
     model = {"model.skops"} if name == "cart" else {"model.json", "model.npz"}
-    assert {p.name for p in path.iterdir()} == {"head.json", *model}
+    assert {p.name for p in current_folder(path).iterdir()} == {"head.json", "rules.md", *model}
     loaded = load_head(path)
     X, y = _world(5)
     np.testing.assert_array_equal(loaded.predict_proba(X), head.predict_proba(X))
@@ -145,20 +146,24 @@ def test_same_seed_same_model():
 
 @pytest.mark.parametrize("text, match", [
     ("{", "not valid JSON"), ("[]", "JSON object"), ('{"schema_version": 1}', "lacks the fields"),
+    ('{"schema_version": 1, "head": "lr", "kind": "lr", "seed": 0, "concept_names": ["a", "a", "c"]}',
+     "unique names"),
 ])
 def test_load_head_rejects_a_corrupted_head_json(tmp_path, text, match):
     rng = np.random.default_rng(0)
     X = rng.random((40, 3))
     y = (X[:, 0] > 0.5).astype(int)
     make_head("lr").fit(X, y, ["a", "b", "c"]).save(tmp_path)
-    (tmp_path / "head.json").write_text(text)
-    with pytest.raises(ValueError, match=match):
+    (current_folder(tmp_path) / "head.json").write_text(text)
+    with pytest.raises(ValueError, match="changed or damaged after saving"):
         load_head(tmp_path)
+    with pytest.raises(ValueError, match=match):  # the version folder itself, as a hand edit would
+        load_head(current_folder(tmp_path, verify=False))
 
 
 def test_cart_head_of_the_old_format_says_how_to_refit(fitted, tmp_path):
     """Before the skops format, CART heads stored scikit-learn's private tree state in model.npz."""
-    path = fitted["cart"].save(tmp_path / "cart")
+    path = current_folder(fitted["cart"].save(tmp_path / "cart"))  # files side by side, as then
     (path / "model.skops").unlink()
     (path / "model.json").write_text('{"estimator": "DecisionTreeClassifier"}')
     with pytest.raises(ValueError, match=r"refit it with `fit-head --run <run-dir> --heads cart`"):
@@ -166,7 +171,7 @@ def test_cart_head_of_the_old_format_says_how_to_refit(fitted, tmp_path):
 
 
 def test_cart_file_with_an_untrusted_type_is_refused(fitted, tmp_path):
-    path = fitted["cart"].save(tmp_path / "cart")
+    path = current_folder(fitted["cart"].save(tmp_path / "cart"))
     (path / "model.skops").write_bytes(skops.io.dumps(FunctionTransformer(func=print)))
     with pytest.raises(ValueError, match="outside the trusted list"):
         load_head(path)

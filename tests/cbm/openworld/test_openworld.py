@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
 from collections import defaultdict
 from pathlib import Path
 
@@ -253,15 +255,21 @@ def test_mahalanobis_with_constant_concepts_is_finite():
     assert scores[-1] > 10 * scores[:5].max()  # leaving a constant concept is strongly novel
 
 
-def test_synthetic_config_at_ci_size_resumes_and_overwrites(tmp_path, capsys):
+def _ci_size_config(folder: Path) -> Path:
+    """The shipped synthetic open-world config, shrunk to CI size (a tiny backbone, 32-pixel images)."""
     cfg = yaml.safe_load((REPO / "configs" / "openworld" / "synthetic.yaml").read_text())
     det = cfg["detector"]
     det["data"] |= {"image_size": 32, "batch_size": 16}
     det["data"]["dataset_kwargs"] |= {"n_per_class": 8, "n_classes": 10}
     det["model"] |= {"backbone": "test_resnet"}
     det["trainer"] |= {"accelerator": "cpu"}
-    small = tmp_path / "synthetic.yaml"
+    small = folder / "synthetic.yaml"
     small.write_text(yaml.safe_dump(cfg))
+    return small
+
+
+def test_synthetic_config_at_ci_size_resumes_and_overwrites(tmp_path, capsys):
+    small = _ci_size_config(tmp_path)
     out = tmp_path / "out"
     argv = ["--config", str(small), "--out", str(out), "--folds", "2", "--seeds", "3",
             "--keep-checkpoints", "best", "--detector-epochs", "1"]
@@ -293,7 +301,7 @@ def test_synthetic_config_at_ci_size_resumes_and_overwrites(tmp_path, capsys):
     assert not list(ckpts.glob("*.ckpt"))
     assert json.loads((out / "seed3/fold2/detector/metrics.json").read_text())["best_checkpoint"] is None
     (out / "seed3/fold2/result.json").unlink()
-    with pytest.raises(ValueError, match="another configuration"):
+    with pytest.raises(SystemExit, match="^evaluate-openworld: error: .*another configuration"):
         ow.evaluate_openworld_main(keep_none[:-1] + ["2"])
     assert yaml.safe_load((out / "config.yaml").read_text())["detector_epochs"] == 1  # refused: kept
     ow.evaluate_openworld_main([*keep_none[:-1], "2", "--overwrite"])
@@ -302,3 +310,28 @@ def test_synthetic_config_at_ci_size_resumes_and_overwrites(tmp_path, capsys):
     with pytest.raises(SystemExit):  # the parser names the choices
         ow.evaluate_openworld_main([*argv[:-1], "2", "--keep-checkpoints", "some"])
     assert "none" in capsys.readouterr().err
+
+
+def test_a_fold_out_of_range_is_one_error_line(tmp_path):
+    argv = ["--config", str(_ci_size_config(tmp_path)), "--out", str(tmp_path / "out"), "--folds", "99"]
+    with pytest.raises(SystemExit, match=r"^evaluate-openworld: error: folds \[99\] out of range 0\.\.4$"):
+        ow.evaluate_openworld_main(argv)
+
+
+def test_sigterm_during_a_fold_exits_143_naming_what_was_kept(tmp_path, child, monkeypatch):
+    real = ow.run_fold
+
+    def run_fold(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # as `timeout` sends it, while the fold runs
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ow, "run_fold", run_fold)
+    out, err = tmp_path / "out", tmp_path / "stderr"
+    argv = ["--config", str(_ci_size_config(tmp_path)), "--out", str(out), "--folds", "1"]
+    status = child.run(lambda: ow.evaluate_openworld_main(argv), stderr=err)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 128 + signal.SIGTERM
+    assert err.read_text().strip().splitlines()[-1] == (
+        f"evaluate-openworld: error: interrupted by SIGTERM while running seed 0, fold 1; the folds "
+        f"finished so far are in {out} (each with its result.json); rerun the same command to go on: "
+        "finished folds are read back")
+    assert not (out / "seed0" / "fold1" / "result.json").exists()

@@ -16,9 +16,11 @@ from PIL import Image
 
 from cbm.data.concept_tables import load_concept_table
 from cbm.detector.cli import train_detector_main
+from cbm.heads import load_head
 from cbm.heads.fit import fit_head_main
 from cbm.predict import Pipeline, predict_main, run_predict
 from ferl.metrics import fit_acceptance_threshold
+from ferl.persist import current_folder
 
 ROOT = Path(__file__).resolve().parents[3]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -78,7 +80,7 @@ def test_pipeline_reproduces_the_runs_concept_tables_and_threshold(example, run)
     probs, errors = pipe.concept_probs([example / "images" / sid for sid in test.sample_ids])
     assert not errors
     np.testing.assert_allclose(probs, test.probs, atol=1e-6)  # same checkpoint, same eval transform
-    head = json.loads((run / "head" / "ferl-deep" / "calibrated" / "head.json").read_text())
+    head = json.loads((current_folder(run / "head" / "ferl-deep" / "calibrated") / "head.json").read_text())
     val = load_concept_table(run / "concepts" / "val.npz")
     scores = pipe.head.model_.ood_score(pipe.calibrator.transform(val.probs), "combined")
     assert head["ood_threshold"] == {"kind": "combined", "accept": 0.95, "fitted_on": "val",
@@ -136,10 +138,10 @@ def test_in_memory_images_and_unreadable_inputs(example, run, tmp_path, capsys):
 def test_a_head_saved_without_a_threshold_gets_one_fitted_on_val(run, tmp_path, caplog):
     copy = tmp_path / "run"
     shutil.copytree(run, copy)
-    path = copy / "head" / "ferl-deep" / "calibrated" / "head.json"
-    doc = json.loads(path.read_text())
-    stored = doc.pop("ood_threshold")
-    path.write_text(json.dumps(doc))
+    path = copy / "head" / "ferl-deep" / "calibrated"
+    head = load_head(path)
+    stored, head.ood_threshold_ = head.ood_threshold_, None
+    head.save(path)
     with caplog.at_level(logging.WARNING):
         pipe = Pipeline.from_run(copy)
     assert "no stored OOD threshold" in caplog.text and pipe.threshold == stored

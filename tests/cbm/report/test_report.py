@@ -32,7 +32,9 @@ def tiny(tmp_path_factory) -> Path:
 def test_tiny_demo_report_has_every_section(tiny):
     text = (tiny / "report.md").read_text()
     for heading in ("## Concept detector", "## Heads on raw vs calibrated concepts",
-                    "## Open-world evaluation", "## Example explanations", "### A confident prediction",
+                    "## Open-world evaluation", "## Concept interventions",
+                    "### Test accuracy (%) after k answered groups",
+                    "## Example explanations", "### A confident prediction",
                     "### A two-class credal set",
                     "### A held-out-class image (an abstention where there is one)",
                     "## Rules of FERL-deep"):
@@ -49,7 +51,9 @@ def test_tiny_demo_report_has_every_section(tiny):
     assert ("credal set holds exactly two classes" in text) != ("no such example to show" in text)
     assert "was never seen in training; its nearest training class is" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+    assert "| FERL-deep (independent) | evidence (ours) |" in text  # the interventions table
     assert {"plots/concept_accuracy.png", "plots/heads.png", "plots/tree.png", "openworld/roc.png",
+            "interventions/interventions.png",
             "examples/confident.png", "examples/novel_evidence.png"} <= set(links)
     for link in links:
         assert (tiny / link).read_bytes()[:8] == PNG, link
@@ -60,7 +64,8 @@ def test_tiny_demo_report_has_every_section(tiny):
 
 def test_tiny_demo_state_and_headline(tiny):
     state = json.loads((tiny / "demo_state.json").read_text())
-    assert state["complete"] and state["done"] == ["detector", "heads", "openworld", "report"]
+    assert state["complete"]
+    assert state["done"] == ["detector", "heads", "openworld", "interventions", "report"]
     assert state["fingerprint"] == fingerprint(TINY)
     lines = headline(tiny)
     assert lines[0].startswith("concept accuracy: train ") and "ferl-deep test accuracy" in lines[1]
@@ -189,9 +194,9 @@ def test_interrupted_demo_resumes_from_the_last_checkpoint(tmp_path, monkeypatch
         run_demo(out, TINY, **quiet)
     assert calls[1][0] == "train-detector" and calls[1][1][-2:] == ["--ckpt-path", "last"]
     assert json.loads((out / "demo_state.json").read_text())["done"] == ["detector", "heads"]
-    run_demo(out, TINY, **quiet)  # only the open-world step and the report are left
+    run_demo(out, TINY, **quiet)  # only the open-world and intervention steps and the report are left
     assert [c[0] for c in calls] == ["train-detector", "train-detector", "fit-head", "evaluate-openworld",
-                                     "evaluate-openworld"]
+                                     "evaluate-openworld", "evaluate-interventions"]
     assert json.loads((out / "demo_state.json").read_text())["complete"]
     calls.clear()
     run_demo(out, TINY, **quiet)  # a second run after a finished one starts afresh

@@ -1,0 +1,197 @@
+"""Concept interventions on the head side: re-run a head on intervened concepts, and explain it.
+
+After an expert has set some concepts (:mod:`cbm.concepts.interventions`), every output of the head
+is recomputed from the intervened vector: the class probabilities and, for FERL heads, the credal
+set, the ignorance ``m(Theta)`` and the OOD score (:func:`head_outputs`). :func:`explain` records the
+intervened concepts beside FERL's explanation (an :class:`InterventionExplanation` wraps the
+:class:`ferl.explain.Explanation` of the intervened input and the one of the input as detected).
+:func:`expert_values_for` chooses how an answer enters a head: Koh et al. (2020, §6)'s 5th / 95th
+training percentiles for the logit-style heads (LR), the label itself for the rule and tree heads.
+:func:`reached_concepts` lists, per input, the concepts a FERL decision can depend on: those split at
+nodes that fire (``FERLClassifier.node_firing``); changing any other concept leaves the class masses
+exactly as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from cbm.concepts.interventions import ConceptGroups, ExpertValues, intervene
+from cbm.heads.base import ConceptHead
+from ferl.explain import Explanation
+
+__all__ = ["EXPERT_MODES", "HeadOutputs", "InterventionExplanation", "expert_values_for", "explain",
+           "head_outputs", "is_evidential", "reached_concepts"]
+
+#: How answers enter a head: "auto" (percentiles for LR heads, labels otherwise), "labels", "percentiles".
+EXPERT_MODES = ("auto", "labels", "percentiles")
+#: Heads whose inputs feed logits (Koh's percentile values apply to them under "auto").
+_LOGIT_KINDS = ("lr", "lr-restricted")
+
+
+def is_evidential(head: ConceptHead) -> bool:
+    """True for FERL heads (credal sets, ignorance, OOD score)."""
+    return head.kind == "ferl"
+
+
+def expert_values_for(head: ConceptHead, X_train: np.ndarray, mode: str = "auto") -> ExpertValues:
+    """How an expert's answer enters ``head``: ``mode`` of :data:`EXPERT_MODES`.
+
+    ``X_train`` (n, k) are the head's training inputs (raw or calibrated, as the head was fitted),
+    for the percentiles. ValueError for an unknown mode.
+    """
+    if mode not in EXPERT_MODES:
+        raise ValueError(f"unknown expert-value mode {mode!r}; choose from {list(EXPERT_MODES)}")
+    if mode == "percentiles" or (mode == "auto" and head.kind in _LOGIT_KINDS):
+        return ExpertValues.percentiles(X_train)
+    return ExpertValues.labels(len(head.concept_names_))
+
+
+@dataclass(frozen=True)
+class HeadOutputs:
+    """A head's outputs on a batch of concept vectors.
+
+    Attributes
+    ----------
+    proba : ndarray of shape (n, C)
+        Class probabilities (FERL: pignistic), columns in ``head.classes_`` order.
+    sets : ndarray of shape (n, C), bool, or None
+        FERL's interval-dominance credal sets (None for other heads).
+    ignorance : ndarray of shape (n,) or None
+        FERL's ``m(Theta)``.
+    ood : ndarray of shape (n,) or None
+        FERL's OOD score of kind ``ood_kind`` (higher = more novel).
+    """
+
+    proba: np.ndarray
+    sets: np.ndarray | None = None
+    ignorance: np.ndarray | None = None
+    ood: np.ndarray | None = None
+
+    @property
+    def pred(self) -> np.ndarray:
+        """Index of the predicted class (first on ties), int64 of shape (n,)."""
+        return np.argmax(self.proba, axis=1)
+
+
+def head_outputs(head: ConceptHead, X: np.ndarray, ood_kind: str | None = "combined") -> HeadOutputs:
+    """Every output of ``head`` on concept vectors ``X`` (n, k) in [0, 1].
+
+    For FERL heads the evidence is combined once (probabilities, sets and ignorance from the same
+    pass) and the OOD score of kind ``ood_kind`` is added (None: skipped).
+
+    Raises
+    ------
+    ValueError
+        Bad concept vectors (see `ConceptHead.predict_proba`), an unknown OOD kind.
+    """
+    if not is_evidential(head):
+        return HeadOutputs(head.predict_proba(X))
+    X = head._check_X(X)
+    ev = head.model_.evidence(X)
+    ood = head.model_.ood_score(X, ood_kind) if ood_kind is not None else None
+    return HeadOutputs(ev.pignistic, ev.credal_set, ev.ignorance, ood)
+
+
+def reached_concepts(head: ConceptHead, X: np.ndarray) -> np.ndarray:
+    """Concepts split at a firing node of a FERL head, bool of shape (n, k).
+
+    Only these can change the class masses of an input: the firing of every node, hence every
+    evidence source, is a function of the split features of the nodes above it that fire.
+    ValueError for a head that is not FERL.
+    """
+    if not is_evidential(head):
+        raise ValueError(f"head {head.name!r} is not a FERL head: it has no firing nodes")
+    phi = head.model_.node_firing(head._check_X(X))
+    feature = head.model_.tree_.feature
+    internal = np.flatnonzero(feature >= 0)
+    out = np.zeros((phi.shape[0], len(head.concept_names_)), dtype=bool)
+    rows, cols = np.nonzero(phi[:, internal] > 0)
+    out[rows, feature[internal[cols]]] = True
+    return out
+
+
+@dataclass(frozen=True)
+class InterventionExplanation:
+    """A FERL explanation of an intervened input, with the intervention recorded.
+
+    Attributes
+    ----------
+    explanation : ferl.explain.Explanation
+        Of the input after the intervention.
+    before : ferl.explain.Explanation
+        Of the input as the detector (and calibration) gave it.
+    intervened : tuple of dict
+        Per set concept: ``concept``, ``group``, ``before``, ``after`` (values the head read) and
+        ``answer`` (the expert's label).
+    """
+
+    explanation: Explanation
+    before: Explanation
+    intervened: tuple
+
+    def to_dict(self) -> dict:
+        """`Explanation.to_dict` of the intervened input plus ``intervened`` and ``before``
+        (prediction, credal set, ignorance and OOD score before the intervention)."""
+        b = self.before
+        return {**self.explanation.to_dict(), "intervened": [dict(r) for r in self.intervened],
+                "before": {"prediction": b.prediction, "credal_set": list(b.credal_set),
+                           "abstain": b.abstain, "ignorance": b.ignorance, "ood_score": b.ood_score}}
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_markdown(self, digits: int = 3) -> str:
+        """The intervened concepts, the decision before, then the explanation after."""
+        f = f".{digits}f"
+        b = self.before
+        lines = ["**Intervened concepts** (expert answers)", "",
+                 "| concept | group | before | after |", "|---|---|---:|---:|"]
+        lines += [f"| {r['concept']} | {r['group']} | {r['before']:{f}} | {r['after']:{f}} |"
+                  for r in self.intervened]
+        before = "abstained" if b.abstain else f"credal set {{{', '.join(str(c) for c in b.credal_set)}}}"
+        lines += ["", f"Before the intervention: prediction **{b.prediction}**, {before}, ignorance "
+                      f"{b.ignorance:{f}}, OOD score {b.ood_score:{f}}.", "", "After the intervention:", "",
+                  self.explanation.to_markdown(digits)]
+        return "\n".join(lines)
+
+
+def explain(head: ConceptHead, x: np.ndarray, groups: ConceptGroups, values: Mapping[str, object],
+            expert: ExpertValues | None = None, top_k: int | None = 5) -> InterventionExplanation:
+    """Intervene on one input and explain the FERL decision before and after.
+
+    Parameters
+    ----------
+    head : ConceptHead
+        A FERL head.
+    x : ndarray of shape (k,) or (1, k)
+        The concept values the head reads (calibrated for a calibrated head).
+    groups : ConceptGroups
+    values : mapping of str to value
+        Expert answers by concept or group name (see :func:`cbm.concepts.interventions.intervene`).
+    expert : ExpertValues, optional
+        Default: the labels themselves.
+    top_k : int or None
+        Anomalous attributes listed.
+
+    Raises
+    ------
+    ValueError
+        Not a FERL head, several rows, or a bad intervention (unknown name, value outside [0, 1]).
+    """
+    if not is_evidential(head):
+        raise ValueError(f"head {head.name!r} is not a FERL head: only FERL heads explain their decisions")
+    X = np.asarray(x, dtype=np.float64)
+    X = X.reshape(1, -1) if X.ndim == 1 else X
+    if X.ndim != 2 or X.shape[0] != 1:
+        raise ValueError(f"explain takes one input of shape (k,) or (1, k), got shape {np.shape(x)}")
+    done = intervene(X, groups, values, expert)
+    return InterventionExplanation(
+        explanation=head.model_.explain(head._check_X(done.X), top_k=top_k),
+        before=head.model_.explain(head._check_X(X), top_k=top_k),
+        intervened=tuple(done.records(groups, X)),
+    )

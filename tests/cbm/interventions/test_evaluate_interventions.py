@@ -1,0 +1,117 @@
+"""``evaluate-interventions`` on a tiny run directory, and the run-level intervention API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from cbm.data import ConceptDataModule
+from cbm.data.concept_tables import load_concept_table, save_concept_table
+from cbm.heads.fit import fit_head
+from cbm.interventions import InterventionSettings, evaluate_interventions, load_concepts, open_head
+from cbm.interventions.cli import evaluate_interventions_main
+
+DATA = {"dataset": "synthetic", "dataset_kwargs": {"n_per_class": 12, "n_classes": 6, "n_heldout": 2},
+        "image_size": 32}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A run without a trained detector: the world's true concepts with noise, then fit-head."""
+    run = tmp_path_factory.mktemp("interventions") / "run"
+    (run / "concepts").mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump({"data": DATA}))
+    dm = ConceptDataModule(**DATA)
+    table = dm.table
+    rng = np.random.default_rng(0)
+    for split in ("train", "val", "test", "novel"):
+        rows = table.indices(split)
+        labels = table.concepts[rows]
+        probs = np.clip(0.15 + 0.7 * labels + rng.normal(0, 0.15, labels.shape), 0, 1)
+        save_concept_table(run / "concepts" / f"{split}.npz", probs=probs.astype(np.float32),
+                           concept_labels=labels, y=table.y[rows], concept_names=table.concept_names,
+                           class_names=table.class_names, sample_ids=table.sample_ids[rows], split=split,
+                           concept_groups=dm.concept_groups)
+    fit_head(run, run, heads=["ferl-deep", "lr"])
+    return run
+
+
+def test_tables_carry_the_data_sets_groups(tiny_run):
+    table = load_concept_table(tiny_run / "concepts" / "test.npz")
+    assert table.concept_groups[:7] == ["shape"] * 6 + ["colour"]
+    with np.load(tiny_run / "concepts" / "test.npz") as z:
+        assert "concept_groups" in z.files
+
+
+def test_run_level_intervention_and_explanation(tiny_run):
+    run = load_concepts(tiny_run)
+    rh = open_head(run, "ferl-deep", "sequential")
+    assert rh.groups.n_groups == 7 and all(rh.groups.exclusive)
+    done, out = rh.intervene("test", {"colour": "red"}, rows=[0, 1])
+    red = rh.groups.concept_index("colour::red")
+    assert (done.X[:2, red] == 1).all() and np.array_equal(done.X[2:], rh.concepts("test")[2:])
+    assert out.proba.shape == (len(done.X), 6) and out.sets is not None and out.ood is not None
+    ex = rh.explain("test", 0, {"colour": "red"})
+    assert any(r["concept"] == "colour::red" and r["after"] == 1.0 for r in ex.intervened)
+    independent = open_head(run, "lr", "independent")
+    assert independent.expert.mode == "percentiles" and np.allclose(independent.expert.low, 0)
+    with pytest.raises(ValueError, match="unknown fit"):
+        open_head(run, "lr", "joint")
+
+
+def test_evaluate_interventions_writes_curves_tables_and_figure(tiny_run):
+    settings = InterventionSettings(heads=("ferl-deep", "lr"), max_rows=10)
+    result = evaluate_interventions([tiny_run], settings)
+    folder = tiny_run / "interventions"
+    for name in ("curves.csv", "true_concepts.csv", "interventions.md", "interventions.png", "summary.json"):
+        assert (folder / name).is_file(), name
+    frame = pd.read_csv(folder / "curves.csv")
+    assert set(frame["policy"]) == {"random", "uncertainty", "ectp", "evidence"}
+    assert set(frame[frame["policy"] == "evidence"]["head"]) == {"ferl-deep"}
+    assert set(frame["split"]) == {"test", "novel"} and frame["k"].max() == 7
+    truth = pd.read_csv(folder / "true_concepts.csv")
+    full = frame[(frame["split"] == "test") & (frame["k"] == 7)]
+    for _, row in truth.iterrows():
+        got = full[(full["head"] == row["head"]) & (full["fit"] == row["fit"])]["accuracy"]
+        assert np.allclose(got, row["true_concepts_accuracy"])
+    novel = frame[(frame["split"] == "novel") & (frame["head"] == "ferl-deep")]
+    assert novel["accuracy"].isna().all() and novel["auroc"].between(0, 1).all()
+    text = (folder / "interventions.md").read_text()
+    assert "## Test accuracy (%) after k answered groups" in text and "evidence (ours)" in text
+    assert json.loads((folder / "summary.json").read_text())["n_groups"] == 7
+    assert result["info"]["rows"]["test"] == 10
+
+
+def test_the_console_script_reports_bad_input(tiny_run, tmp_path, capsys):
+    with pytest.raises(SystemExit, match="evaluate-interventions: error: .* is not a folder"):
+        evaluate_interventions_main(["--run", str(tmp_path / "missing")])
+    with pytest.raises(SystemExit, match="unknown or no policies \\['oracle'\\]"):
+        evaluate_interventions_main(["--run", str(tiny_run), "--policies", "oracle"])
+    with pytest.raises(SystemExit, match="several runs need --out"):
+        evaluate_interventions_main(["--run", str(tiny_run), str(tiny_run)])
+    evaluate_interventions_main(["--run", str(tiny_run), str(tiny_run), "--out", str(tmp_path / "both"),
+                                 "--heads", "lr", "--fits", "independent", "--splits", "test",
+                                 "--max-rows", "10", "--ks", "1", "3"])
+    assert "Test accuracy" in capsys.readouterr().out
+    frame = pd.read_csv(tmp_path / "both" / "curves.csv")
+    assert sorted(frame["k"].unique()) == [0, 1, 3, 7] and frame["run"].nunique() == 1
+
+
+def test_an_open_world_folder_counts_each_fold_as_a_run(tiny_run, tmp_path):
+    out = tmp_path / "openworld"
+    for fold in ("seed0/fold0", "seed1/fold0"):  # folds keep tables and calibration, not heads
+        shutil.copytree(tiny_run / "concepts", out / fold / "concepts")
+        shutil.copy(tiny_run / "calibration.json", out / fold / "calibration.json")
+    (out / "folds.json").write_text("{}")
+    settings = InterventionSettings(heads=("ferl-deep",), fits=("sequential",), policies=("evidence",),
+                                    max_rows=8)
+    result = evaluate_interventions([out], settings)
+    assert set(result["frame"]["run"]) == {"openworld/seed0/fold0", "openworld/seed1/fold0"}
+    assert (out / "interventions" / "interventions.md").is_file()
+    assert (out / "seed1" / "fold0" / "interventions" / "curves.csv").is_file()
+    assert "mean ± std over 2 runs" in (out / "interventions" / "interventions.md").read_text()

@@ -1,0 +1,106 @@
+"""Fixtures shared by the ferl and cbm tests: running code in a child process, killed at an exact
+file-system step (the crash tests of ferl.persist and the jobs that use it) or signalled."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+#: A child that has not ended by then is killed and the test fails (a hung child must not hang CI).
+CHILD_TIMEOUT_S = 600
+
+#: The file-system calls counted as steps: every write, rename and delete of a save goes through them.
+FS_STEPS = ("fsync", "replace", "unlink", "rmdir", "mkdir")
+
+
+class Child:
+    """Run a function in a forked process, optionally SIGKILLed at its k-th file-system step, or
+    Python code in a fresh interpreter (`python`: for code that runs torch, whose thread pools do
+    not survive a fork)."""
+
+    @staticmethod
+    def python(code: str, stderr: Path) -> int:
+        """Run ``code`` with ``python -c`` (this checkout first on the path); return its exit status."""
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        with open(stderr, "w") as err:
+            return subprocess.run([sys.executable, "-c", code], stderr=err, stdout=subprocess.DEVNULL,
+                                  env=env, timeout=CHILD_TIMEOUT_S, check=False).returncode
+
+    @staticmethod
+    def count_steps(monkeypatch: pytest.MonkeyPatch, fn: Callable[[], object]) -> int:
+        """The file-system steps ``fn()`` takes, run in this process."""
+        count = [0]
+        for name in FS_STEPS:
+            real = getattr(os, name)
+
+            def step(*args, _real=real, **kwargs):
+                count[0] += 1
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(os, name, step)
+        fn()
+        monkeypatch.undo()
+        return count[0]
+
+    @staticmethod
+    def run(fn: Callable[[], object], kill_at: int | None = None, stderr: Path | None = None) -> int:
+        """Run ``fn()`` in a fork; SIGKILL it just after its ``kill_at``-th file-system step. Returns
+        the wait status (``os.WIFSIGNALED`` / ``os.WEXITSTATUS`` read it); ``stderr`` collects its
+        standard error."""
+        pid = os.fork()
+        if pid:
+            deadline = time.monotonic() + CHILD_TIMEOUT_S
+            while time.monotonic() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return status
+                time.sleep(0.05)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the child process did not end within {CHILD_TIMEOUT_S} s")
+        code = 0  # pragma: no cover - the child from here on
+        try:
+            if stderr is not None:
+                fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                os.dup2(fd, 2)
+                sys.stderr = os.fdopen(2, "w", buffering=1)
+            if kill_at is not None:
+                count = [0]
+                for name in FS_STEPS:
+                    real = getattr(os, name)
+
+                    def step(*args, _real=real, **kwargs):
+                        out = _real(*args, **kwargs)
+                        count[0] += 1
+                        if count[0] == kill_at:
+                            os.kill(os.getpid(), signal.SIGKILL)
+                        return out
+
+                    setattr(os, name, step)
+            fn()
+        except SystemExit as err:
+            code = err.code if isinstance(err.code, int) else 1
+            if not isinstance(err.code, int | None):
+                print(err.code, file=sys.stderr)
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()
+            code = 99
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+
+
+@pytest.fixture
+def child() -> Child:
+    """See `Child`: ``child.run(fn, kill_at=k)``, ``child.count_steps(monkeypatch, fn)``."""
+    return Child()
