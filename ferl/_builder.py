@@ -1,4 +1,10 @@
-"""Best-first growth of a FERL fuzzy tree (paper algorithm 1, appendix B)."""
+"""Best-first growth of a FERL fuzzy tree (paper algorithm 1, appendix B).
+
+`grow_tree` runs the loop; the growth *policy* lives in small functions beside it: which leaves
+may still split (`_may_split`), what a child may still test on its path (`_child_limits`), the
+unit of the minimum fuzzy band (`_feature_spread`) and the optional pruning after growth
+(`_merge_agreeing_leaves`). The criteria are chosen in `ferl.presets`.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from ferl._binning import bin_features
-from ferl._splitter import GAIN_CCI, GAIN_GINI, best_fixed_split, best_learned_split, split_rows
+from ferl._splitter import (
+    GAIN_CCI,
+    GAIN_ENTROPY,
+    GAIN_GINI,
+    best_fixed_split,
+    best_learned_split,
+    split_rows,
+)
 from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
 
 __all__ = ["GrowthSettings", "grow_tree"]
 
-GAINS = {"gini": GAIN_GINI, "cci": GAIN_CCI}
+GAINS = {"gini": GAIN_GINI, "cci": GAIN_CCI, "entropy": GAIN_ENTROPY}
 
 
 @dataclass(frozen=True)
@@ -21,7 +34,7 @@ class GrowthSettings:
     """Resolved growth settings (see `FERLClassifier` for their meaning)."""
 
     partition: str  # "learned" | "fixed"
-    gain: str  # "gini" | "cci"
+    gain: str  # "gini" | "cci" | "entropy"
     max_rules: int
     max_depth: int
     min_gain: float
@@ -29,7 +42,8 @@ class GrowthSettings:
     min_leaf: float  # soft weight
     n_bootstrap: int
     width_factor: float
-    min_width: float  # fraction of the feature's training range
+    min_width: float  # fraction of the feature's spread (`_feature_spread`)
+    prune: bool  # undo splits whose two leaves predict the same class
 
 
 @dataclass(frozen=True)
@@ -42,10 +56,70 @@ class _Candidate:
     gain: float
 
 
+@dataclass(frozen=True)
+class _Limits:
+    """What an open leaf may still test: fixed sets still open, and learned-cut windows.
+
+    ``allowed[f, k]`` is False once set k of feature f can only add a rule living inside fuzzy bands;
+    ``window[f] = (lo, hi)`` is the interval of f left free by the bands of the ancestors' learned
+    cuts on f; a later cut and its band stay inside it (`ferl._splitter.best_learned_split`).
+    """
+
+    allowed: np.ndarray  # (d, n_sets) bool
+    window: np.ndarray  # (d, 2) float64
+
+
 def _class_distribution(y, w, n_classes):
     counts = np.bincount(y, weights=w, minlength=n_classes)
     total = counts.sum()
     return counts / total if total > 0 else np.full(n_classes, 1.0 / n_classes), total
+
+
+#: Percentiles whose distance is a feature's spread, the unit of ``min_width``.
+_SPREAD_PERCENTILES = (1.0, 99.0)
+
+
+def _feature_spread(xt: np.ndarray) -> np.ndarray:
+    """Distance between each row's (feature's) 1st and 99th percentiles, or its range where they tie.
+
+    The unit of the minimum half-width of learned splits: on a skewed feature (most values near 0,
+    a few far outliers) a fraction of the range would put nearly every sample inside one band.
+    """
+    lo, hi = np.percentile(xt, _SPREAD_PERCENTILES, axis=1)
+    return np.where(hi > lo, hi - lo, xt.max(axis=1) - xt.min(axis=1))
+
+
+def _may_split(tree: FuzzyTree, node: int, settings: GrowthSettings) -> bool:
+    """A leaf may split while it is above ``max_depth``, impure, and heavy enough for two children."""
+    return (tree.depth[node] < settings.max_depth and tree.value[node].max() < 1.0
+            and tree.weight[node] >= 2.0 * settings.min_leaf)
+
+
+def _child_limits(limits: _Limits, cand: _Candidate, left: bool) -> _Limits:
+    """The limits of a child of a node split by ``cand`` (``left``: the "f is S" child).
+
+    Fixed partitions are Ruspini partitions: after "f is S" every other set of f meets the child
+    only inside fuzzy bands, so f is closed; after "f is not S", S alone is closed. A learned cut
+    ``theta +- h`` confines the later cuts on f and their bands to ``<= theta - h`` in the "<="
+    child and to ``>= theta + h`` in the ">" child, so no path cuts f again inside, or across, a
+    band it already used (issue 16: "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59", and conditions
+    such as "x12 is between 584 and 787 (membership <= 0.70)" that live only in two bands).
+    """
+    allowed, window = limits.allowed, limits.window
+    f = cand.feature
+    if cand.fuzzy_set >= 0:
+        allowed = allowed.copy()
+        if left:
+            allowed[f] = False
+        else:
+            allowed[f, cand.fuzzy_set] = False
+    else:
+        window = window.copy()
+        if left:
+            window[f, 1] = min(window[f, 1], cand.threshold - cand.half_width)
+        else:
+            window[f, 0] = max(window[f, 0], cand.threshold + cand.half_width)
+    return _Limits(allowed, window)
 
 
 class _Grower:
@@ -75,25 +149,24 @@ class _Grower:
             for b in range(settings.n_bootstrap):
                 draws = positive[rng.integers(0, len(positive), len(positive))]
                 self.mult[:, b] = np.bincount(draws, minlength=n)
-            top = self.bins.high[np.arange(X.shape[1]), self.bins.n_bins - 1]
-            span = top - self.bins.low[:, 0]
-            self.min_width = np.maximum(settings.min_width * span, np.finfo(np.float64).tiny)
+            self.min_width = np.maximum(settings.min_width * _feature_spread(self.xt[:, positive]),
+                                        np.finfo(np.float64).tiny)
 
-    def candidate(self, rows, w, allowed) -> _Candidate | None:
+    def candidate(self, rows, w, limits: _Limits) -> _Candidate | None:
         """Best split of the node with active ``rows`` and weights ``w``, or None."""
         s = self.s
         if s.partition == "learned":
             b = self.bins
             f, theta, h, gain = best_learned_split(
                 b.codes, b.low, b.high, self.xt, self.y, rows, w, self.mult, self.n_classes,
-                s.width_factor, self.min_width, self.crit, self.total, s.min_leaf,
+                s.width_factor, self.min_width, self.crit, self.total, s.min_leaf, limits.window,
             )
             if f < 0 or not np.isfinite(gain):
                 return None
             inf = np.inf
             return _Candidate(int(f), -1, (-inf, -inf, theta - h, theta + h), theta, h, gain)
         f, k, gain = best_fixed_split(
-            self.xt, self.y, rows, w, self.sets, allowed, self.n_classes, self.crit, self.total,
+            self.xt, self.y, rows, w, self.sets, limits.allowed, self.n_classes, self.crit, self.total,
             s.min_leaf,
         )
         if f < 0 or not np.isfinite(gain):
@@ -120,7 +193,9 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
     ``<= min_gain`` is still installed while fewer than ``patience`` such splits have been made,
     after which growth stops. Growth also stops at ``max_rules`` leaves or when no leaf above
     depth ``max_depth`` has an admissible split (both children at least ``min_leaf`` soft weight).
-    Pure leaves are not split.
+    Pure leaves are not split. No path cuts a feature again inside a fuzzy band it already used
+    (`_child_limits`). With ``settings.prune`` the splits whose two leaves predict the same class
+    are undone after growth (`_merge_agreeing_leaves`).
 
     Parameters
     ----------
@@ -143,16 +218,16 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
     value, weight = _class_distribution(y, sample_weight, n_classes)
     tree.add_node(-1, 0, value, weight)
     firing = {0: grower.root}  # open leaf -> (active rows, firing x sample weight)
+    d = X.shape[1]
     n_sets = 0 if sets is None else sets.shape[1]
-    allowed = {0: np.ones((X.shape[1], n_sets), dtype=bool)}  # open fixed sets per open leaf
+    window = np.tile(np.array([-np.inf, np.inf]), (d, 1))
+    limits = {0: _Limits(np.ones((d, n_sets), dtype=bool), window)}  # per open leaf
     heap: list = []
 
     def consider(node: int) -> None:
-        if tree.depth[node] >= settings.max_depth or tree.value[node].max() >= 1.0:
+        if not _may_split(tree, node, settings):
             return
-        if tree.weight[node] < 2.0 * settings.min_leaf:
-            return
-        cand = grower.candidate(*firing[node], allowed[node])
+        cand = grower.candidate(*firing[node], limits[node])
         if cand is not None:
             heapq.heappush(heap, (-cand.gain, node, cand))
 
@@ -166,9 +241,7 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
             if non_improving > settings.patience:
                 break
         rows, w = firing.pop(node)
-        child_allowed = allowed.pop(node).copy()
-        if cand.fuzzy_set >= 0:
-            child_allowed[cand.feature, cand.fuzzy_set] = False
+        node_limits = limits.pop(node)
         left, right, lo, hi = grower.split(rows, w, cand)
         tree.feature[node] = cand.feature
         tree.kind[node] = SPLIT_FIXED if cand.fuzzy_set >= 0 else SPLIT_LEARNED
@@ -185,7 +258,45 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
             child = tree.add_node(node, depth, value, weight)
             getattr(tree, side)[node] = child
             firing[child] = child_samples
-            allowed[child] = child_allowed
+            limits[child] = _child_limits(node_limits, cand, side == "left")
             consider(child)
         n_leaves += 1
-    return tree.finalize()
+    tree = tree.finalize()
+    return _merge_agreeing_leaves(tree) if settings.prune else tree
+
+
+def _merge_agreeing_leaves(tree: FuzzyTree) -> FuzzyTree:
+    """Undo, bottom-up, every split whose two children are leaves predicting the same class.
+
+    Such a split changes no point prediction (the parent's distribution is the firing-weighted
+    mixture of its children's, so it has their common arg max) but spends a rule; undoing it
+    repeatedly leaves a tree in which sibling leaves always disagree.
+    """
+    leaf = tree.feature < 0
+    top = np.argmax(tree.value, axis=1)
+    for o in range(tree.n_nodes - 1, -1, -1):
+        if leaf[o]:
+            continue
+        lc, rc = tree.left[o], tree.right[o]
+        if leaf[lc] and leaf[rc] and top[lc] == top[rc]:
+            leaf[o] = True
+    keep = np.zeros(tree.n_nodes, dtype=bool)
+    keep[0] = True
+    for o in range(tree.n_nodes):
+        if keep[o] and not leaf[o]:
+            keep[tree.left[o]] = keep[tree.right[o]] = True
+    if keep.all():
+        return tree
+    new_index = np.cumsum(keep) - 1
+    out = FuzzyTree(n_classes=tree.n_classes)
+    for name in FuzzyTree.ARRAY_FIELDS:
+        setattr(out, name, getattr(tree, name)[keep].copy())
+    cut = leaf[keep] & (out.feature >= 0)  # collapsed internal nodes become leaves
+    out.feature[cut] = out.kind[cut] = out.fuzzy_set[cut] = -1
+    for name in ("trap", "threshold", "half_width", "lo", "hi", "gain"):
+        getattr(out, name)[cut] = np.nan
+    internal = out.feature >= 0
+    out.left = np.where(internal, new_index[np.maximum(out.left, 0)], -1)
+    out.right = np.where(internal, new_index[np.maximum(out.right, 0)], -1)
+    out.parent = np.where(out.parent >= 0, new_index[np.maximum(out.parent, 0)], -1)
+    return out

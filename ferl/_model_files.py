@@ -45,6 +45,7 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
         ),
         "n_features_in": int(est.n_features_in_),
         "n_classes": len(classes),
+        "evidence_nodes_fitted": est.evidence_nodes_,
     }
     return persist.write_model(path, meta, arrays)
 
@@ -74,6 +75,12 @@ def load_classifier(cls, path: str | os.PathLike):
                                   else np.dtype(meta["classes_dtype"]))
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path}: invalid parameters or classes in model.json: {err}") from err
+    # Models saved before the read-out was resolved at fit time read what their preset read then
+    # (compact: all nodes; medium, deep: leaves).
+    legacy = "all" if meta["params"].get("variant") == "compact" else "leaves"
+    fitted_nodes = meta.get("evidence_nodes_fitted", legacy)
+    if fitted_nodes not in ("leaves", "all"):
+        raise ValueError(f"{path}: evidence_nodes_fitted is {fitted_nodes!r}, expected 'leaves' or 'all'")
     est.n_features_in_ = meta["n_features_in"]
     if meta["feature_names_in"] is not None:
         est.feature_names_in_ = np.asarray(meta["feature_names_in"], dtype=object)
@@ -89,6 +96,7 @@ def load_classifier(cls, path: str | os.PathLike):
     _check_loaded(path, est, tree, meta, arrays)
     est.tree_ = tree
     est.n_rules_ = int(tree.is_leaf.sum())
+    est.evidence_nodes_ = fitted_nodes
     est.rule_alone_ = arrays.get("rule_alone")  # None in files saved before it was recorded
     return est
 

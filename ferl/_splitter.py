@@ -1,4 +1,4 @@
-"""Split search kernels (numba): bootstrapped fuzzy cuts, fixed partitions, WGI and CCI gains.
+"""Split search kernels (numba): bootstrapped fuzzy cuts, fixed partitions, WGI, CCI and entropy gains.
 
 Paper section 3.1 and appendix B. A node is its active rows (non-zero firing) and their weights;
 its cost is O(active rows), never O(training rows). Features are binned once per fit
@@ -15,14 +15,32 @@ from numba import njit
 from ferl._binning import MAX_BINS
 from ferl._membership import trapezoid
 
-__all__ = ["GAIN_GINI", "GAIN_CCI", "TIE_TOL", "best_learned_split", "best_fixed_split", "split_gain",
-           "split_rows"]
+__all__ = ["GAIN_GINI", "GAIN_CCI", "GAIN_ENTROPY", "TIE_TOL", "best_learned_split", "best_fixed_split",
+           "split_gain", "split_rows"]
 
 GAIN_GINI = 0
 GAIN_CCI = 1
+GAIN_ENTROPY = 2
 #: Relative tolerance of float comparisons that rounding must not decide: two crisp-cut scores
 #: within it are a tie (the first cut wins), a child's weight within it of ``min_leaf`` is enough.
 TIE_TOL = 1e-12
+
+
+@njit(cache=True)
+def _plogp_sum(w):
+    """``sum_c w_c log w_c - W log W`` (= ``-W H(w / W)``) of a non-negative class-weight vector."""
+    total = w.sum()
+    out = 0.0
+    for k in range(w.shape[0]):
+        if w[k] > 0.0:
+            out += w[k] * np.log(w[k])
+    return out - total * np.log(total) if total > 0.0 else 0.0
+
+
+@njit(cache=True)
+def entropy_gain(wl, wr, wt):
+    """Weighted information gain ``W H(p) - WL H(pL) - WR H(pR)`` (nats) of class weights."""
+    return _plogp_sum(wl) + _plogp_sum(wr) - _plogp_sum(wt)
 
 
 @njit(cache=True)
@@ -43,7 +61,8 @@ def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_l
         ``GAIN_GINI``: weighted Gini decrease ``W [G(p) - a G(pL) - (1-a) G(pR)] / W_total``, which
         equals ``W a (1-a) ||pL - pR||^2 / W_total`` (appendix A.1, eq. 6). ``GAIN_CCI``: Complete
         Classification Index, the change of correctly classified soft mass
-        ``(max_c WL_c + max_c WR_c - max_c W_c) / W_total``.
+        ``(max_c WL_c + max_c WR_c - max_c W_c) / W_total``. ``GAIN_ENTROPY`` (beyond the paper,
+        see `ferl.presets`): information gain ``(W H(p) - WL H(pL) - WR H(pR)) / W_total``.
     total_weight : float
         Root soft weight, so gains are comparable across nodes.
     min_leaf : float
@@ -70,6 +89,8 @@ def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_l
         return -np.inf
     if criterion == GAIN_CCI:
         return (wl.max() + wr.max() - wt.max()) / total_weight
+    if criterion == GAIN_ENTROPY:
+        return entropy_gain(wl, wr, wt) / total_weight
     alpha = sl / st
     dist = 0.0
     for k in range(n_classes):
@@ -137,14 +158,16 @@ def _bin_order(codes_f, rows):
 
 
 @njit(cache=True)
-def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, wsum, sq_total):
+def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, wsum, sq_total,
+                    lo, hi):
     """Gini-optimal crisp cut of every bootstrap resample, in one sweep over the bins.
 
     Maximises ``sum_k L_k^2 / W_L + R_k^2 / W_R`` (the weighted Gini decrease) over the cuts
     between consecutive occupied bins, at ``(high[t] + low[t']) / 2``. The sums of squares of the
     left and right class weights are updated in O(1) per moved sample
     (``(L + v)^2 = L^2 + v (2 L + v)``), so the sweep costs O(m B + bins B), with no factor of the
-    number of classes. Scores within a relative `TIE_TOL` are ties and the lowest cut wins.
+    number of classes. Scores within a relative `TIE_TOL` are ties and the lowest cut wins. Only
+    cuts in ``[lo, hi]`` are candidates.
 
     Returns
     -------
@@ -171,6 +194,8 @@ def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, 
                 left[k, b] = lk + v
                 wl[b] += v
         here = 0.5 * (high_f[t] + low_f[used[u + 1]])
+        if here < lo or here > hi:
+            continue
         for b in range(n_boot):
             wr = wsum[b] - wl[b]
             if wl[b] <= 0.0 or wr <= 1e-12 * wsum[b]:
@@ -184,7 +209,7 @@ def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, 
 
 @njit(cache=True)
 def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_factor, min_width,
-                       criterion, total_weight, min_leaf):
+                       criterion, total_weight, min_leaf, window):
     """Best learned fuzzy split of one node (paper eq. 1-2, appendix B).
 
     For every feature, each of the B bootstrap resamples gives its Gini-optimal crisp cut ``c_b``
@@ -216,6 +241,11 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
         Documented minimum half-width per feature (guards h = 0).
     criterion, total_weight, min_leaf
         As in `split_gain`.
+    window : ndarray of shape (d, 2), float64
+        Free interval ``(lo, hi)`` of each feature between the fuzzy bands of the ancestors' cuts
+        on it: crisp cuts are searched in ``[lo + min_width, hi - min_width]`` and ``h`` is capped
+        so that the new band stays inside ``[lo, hi]``. So no path cuts a feature again inside
+        (or across) a band it already used.
 
     Returns
     -------
@@ -238,11 +268,12 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
         if used.shape[0] < 2:
             continue
         cuts = _bootstrap_cuts(perm, start, used, low[f], high[f], ys, w, mult_node, totals, wsum,
-                               sq_total)
+                               sq_total, window[f, 0] + min_width[f], window[f, 1] - min_width[f])
         if cuts.shape[0] == 0:
             continue
         theta = np.median(cuts)
         h = max(width_factor * np.median(np.abs(cuts - theta)), min_width[f])
+        h = min(h, theta - window[f, 0], window[f, 1] - theta)
         xs = np.empty(m)
         for j in range(m):
             xs[j] = xt[f, rows[j]]

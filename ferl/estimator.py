@@ -3,38 +3,32 @@
 from __future__ import annotations
 
 import os
-from numbers import Integral, Real
+from numbers import Integral
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from ferl import certificate
-from ferl._builder import GrowthSettings, grow_tree
+from ferl._builder import grow_tree
+from ferl._inputs import (
+    check_free_variance,
+    one_sample,
+    rescale_weights,
+    resolve_feature_names,
+    seed_from,
+)
 from ferl._model_files import load_classifier, save_classifier
 from ferl._partitions import fixed_partitions
 from ferl._readout import Readout, read_out
 from ferl.evidence import Evidence, combine
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, fit_free_gaussians
+from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
 from ferl.rules import Rule, extract_rules, fires_alone, format_rules, format_summary
 
 __all__ = ["FERLClassifier", "PRESETS"]
-
-#: The paper's three configurations (section 4.2, appendix G). Appendix G gives 50 / 150 rules at
-#: depth 5 / 12 for medium / deep while the main text gives 200 rules for deep: we follow the main
-#: text. The compact and medium depths and all minimum leaf sizes are ours (the paper is silent).
-PRESETS: dict[str, dict] = {
-    "compact": dict(max_rules=15, max_depth=4, partition="fixed", gain="cci", evidence_nodes="all",
-                    min_gain=0.0, patience=2, min_samples_leaf=0.02),
-    "medium": dict(max_rules=50, max_depth=5, partition="learned", gain="gini", evidence_nodes="leaves",
-                   min_gain=0.0, patience=2, min_samples_leaf=0.005),
-    "deep": dict(max_rules=200, max_depth=12, partition="learned", gain="gini", evidence_nodes="leaves",
-                 min_gain=0.0, patience=2, min_samples_leaf=2),
-}
-
 
 class FERLClassifier(ClassifierMixin, BaseEstimator):
     """Fast Evidential Rule Learning: a fuzzy rule tree with a Dempster-Shafer read-out.
@@ -52,21 +46,27 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     variant : {"compact", "medium", "deep"}, default="deep"
-        Preset of the paper's configurations (see `PRESETS`): compact (<= 15 rules, fixed partitions,
-        CCI, all-node evidence), medium (<= 50 rules, depth 5, learned splits, WGI, leaves-only
-        evidence), deep (<= 200 rules, depth 12, learned splits, WGI, leaves-only evidence; the main
-        text's 200 rules rather than appendix G's 150). Any parameter below that is not None
-        overrides the preset.
+        Preset of the paper's configurations (see `ferl.presets`, which says what the paper leaves
+        open and what was chosen, by which measurement): compact (<= 15 rules, fixed low / medium
+        / high partitions, pruned), medium (<= 50 rules, learned splits), deep (<= 200 rules,
+        learned splits; the main text's 200 rather than appendix G's 150); medium and deep grow at
+        least ``rules_per_class`` rules per class. Any parameter below that is not None overrides
+        the preset.
     max_rules : int >= 2, default=None
-        Rule budget R (number of leaves).
+        Rule budget R (number of leaves). When given it is exact; when None the preset's budget is
+        raised to ``rules_per_class * n_classes`` where that is larger.
+    rules_per_class : float >= 0, default=None
+        Minimum rules per class of the preset's budget (ignored when `max_rules` is given).
     max_depth : int >= 1, default=None
         Maximum depth D.
     partition : {"learned", "fixed"}, default=None
         Bootstrapped learned splits, or fixed low / medium / high partitions.
-    gain : {"gini", "cci"}, default=None
-        Weighted Gini impurity decrease or Complete Classification Index.
+    gain : {"entropy", "gini", "cci"}, default=None
+        Information gain, weighted Gini impurity decrease (the paper's WGI) or Complete
+        Classification Index, each weighted by the node's soft support.
     evidence_nodes : {"leaves", "all"}, default=None
-        Evidence sources: active leaves, or every active non-root node. Read at inference.
+        Evidence sources: active leaves, or every active non-root node. Read at inference when
+        given; when None, the preset's choice as resolved at fit time (``evidence_nodes_``).
     combination : {"dempster", "cautious"}, default="dempster"
         Dempster's rule (eq. 4) or Denoeux's cautious rule (eq. 13). Read at inference.
     n_bootstrap : int >= 1, default=25
@@ -76,15 +76,16 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         value; 2 keeps the deep variant's accuracy while giving a non-degenerate ignorance on
         wine, pima, banana, segment and vowel (1 made sets almost always singletons).
     min_width : float > 0, default=0.05
-        Minimum half-width as a fraction of the feature's training range: guards ``h = 0`` when
-        every resample finds the same cut (frequent on small nodes), and floors the support-gate
-        margin. The paper gives no value; on 20 KEEL sets (3-fold CV, FERL-deep) raising it from
-        0.001 to 0.05 raised mean accuracy from 78.1 to 79.9 and set coverage from 83.5 to 90.0
-        at mean set size 1.78 (``scripts/bench_tabular.py`` reproduces the full study).
+        Minimum half-width of a learned split as a fraction of the spread between the feature's
+        1st and 99th training percentiles (its range when they tie): guards ``h = 0`` when every
+        resample finds the same cut. ``min_width`` times the feature's range also floors the
+        support-gate margin. The paper gives no value; `ferl.presets` says how 0.05 was measured.
     min_gain : float >= 0, default=None
         Minimum gain delta; splits at or below it count against `patience`.
     patience : int >= 0, default=None
         Non-improving splits tolerated before growth stops.
+    prune : bool, default=None
+        After growth, undo (bottom-up) every split whose two leaves predict the same class.
     min_samples_leaf : int >= 1 or float in (0, 1), default=None
         Minimum soft support of each child: a count of (mean-weight) samples, or a fraction of the
         total weight.
@@ -107,40 +108,24 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Names used in rules: ``feature_names_in_``, the ``feature_names`` given to `fit`, or x0, x1...
     n_rules_ : int
         Number of leaves.
+    evidence_nodes_ : {"leaves", "all"}
+        The evidence sources resolved at fit time (the preset's unless `evidence_nodes` was given);
+        the read-out uses them while `evidence_nodes` is None, whatever `variant` says later.
     rule_alone_ : ndarray of shape (n_rules_,) or None
         Share of the training weight on which each rule holds more than half the firing
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     """
 
-    _parameter_constraints: dict = {
-        "variant": [StrOptions(set(PRESETS))],
-        "max_rules": [Interval(Integral, 2, None, closed="left"), None],
-        "max_depth": [Interval(Integral, 1, None, closed="left"), None],
-        "partition": [StrOptions({"learned", "fixed"}), None],
-        "gain": [StrOptions({"gini", "cci"}), None],
-        "evidence_nodes": [StrOptions({"leaves", "all"}), None],
-        "combination": [StrOptions({"dempster", "cautious"})],
-        "n_bootstrap": [Interval(Integral, 1, None, closed="left")],
-        "width_factor": [Interval(Real, 0, None, closed="neither")],
-        "min_width": [Interval(Real, 0, None, closed="neither")],
-        "min_gain": [Interval(Real, 0, None, closed="left"), None],
-        "patience": [Interval(Integral, 0, None, closed="left"), None],
-        "min_samples_leaf": [
-            Interval(Integral, 1, None, closed="left"),
-            Interval(Real, 0, 1, closed="neither"),
-            None,
-        ],
-        "bounded_support": ["boolean"],
-        "support_margin": [Interval(Real, 0, None, closed="neither")],
-        "random_state": ["random_state"],
-    }
+    _parameter_constraints: dict = PARAMETER_CONSTRAINTS
 
-    def __init__(self, variant="deep", *, max_rules=None, max_depth=None, partition=None, gain=None,
-                 evidence_nodes=None, combination="dempster", n_bootstrap=25, width_factor=2.0,
-                 min_width=0.05, min_gain=None, patience=None, min_samples_leaf=None,
-                 bounded_support=True, support_margin=1.0, random_state=None):
+    def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
+                 partition=None, gain=None, evidence_nodes=None, combination="dempster",
+                 n_bootstrap=25, width_factor=2.0, min_width=0.05, min_gain=None, patience=None,
+                 min_samples_leaf=None, prune=None, bounded_support=True, support_margin=1.0,
+                 random_state=None):
         self.variant = variant
         self.max_rules = max_rules
+        self.rules_per_class = rules_per_class
         self.max_depth = max_depth
         self.partition = partition
         self.gain = gain
@@ -152,28 +137,10 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         self.min_gain = min_gain
         self.patience = patience
         self.min_samples_leaf = min_samples_leaf
+        self.prune = prune
         self.bounded_support = bounded_support
         self.support_margin = support_margin
         self.random_state = random_state
-
-    # ------------------------------------------------------------------ settings
-    def _setting(self, name):
-        value = getattr(self, name)
-        return PRESETS[self.variant][name] if value is None else value
-
-    def _growth_settings(self, total_weight: float, n_positive: int) -> GrowthSettings:
-        msl = self._setting("min_samples_leaf")
-        if isinstance(msl, Integral):
-            min_leaf = msl * total_weight / n_positive
-        else:
-            min_leaf = msl * total_weight
-        return GrowthSettings(
-            partition=self._setting("partition"), gain=self._setting("gain"),
-            max_rules=self._setting("max_rules"), max_depth=self._setting("max_depth"),
-            min_gain=float(self._setting("min_gain")), patience=self._setting("patience"),
-            min_leaf=float(min_leaf), n_bootstrap=self.n_bootstrap,
-            width_factor=float(self.width_factor), min_width=float(self.min_width),
-        )
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -205,14 +172,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
         sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
-        # Only relative weights matter: grow on weights rescaled to a mean positive weight of 1 so
-        # that weights such as 1e-300 or 1e300 neither underflow nor overflow in the split gains;
-        # the nodes' soft supports are reported in the caller's units (times `unit`).
-        top = float(sw.max())
-        sw = sw / top
-        unit = float(sw[sw > 0].mean())
-        sw = sw / unit
-        unit *= top
+        sw, unit = rescale_weights(sw)  # only relative weights matter
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         weighted = np.unique(y_enc[sw > 0])
@@ -221,45 +181,25 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
                 f"FERLClassifier needs at least two classes in y with positive weight; got "
                 f"{len(weighted)} class(es): {self.classes_[weighted].tolist()}"
             )
-        self.feature_names_ = self._resolve_feature_names(feature_names, X.shape[1])
+        self.feature_names_ = resolve_feature_names(self, feature_names, X.shape[1])
         positive = sw > 0
         rows = positive[:, None]  # the range of the positive-weight rows, without copying them
         self.feature_range_ = np.stack([X.min(axis=0, where=rows, initial=np.inf),
                                         X.max(axis=0, where=rows, initial=-np.inf)], axis=1)
-        settings = self._growth_settings(float(sw.sum()), int(positive.sum()))
+        settings = growth_settings(self, len(weighted), float(sw.sum()), int(positive.sum()))
         sets = fixed_partitions(X, sw) if settings.partition == "fixed" else None
         self.partitions_ = sets
-        rng = np.random.default_rng(_seed_from(self.random_state))
+        rng = np.random.default_rng(seed_from(self.random_state))
         self.tree_ = grow_tree(X, y_enc.astype(np.int64), sw, n_classes, settings, rng, sets)
         self.tree_.weight = self.tree_.weight * unit
         with np.errstate(over="ignore", invalid="ignore"):
             fit_free_gaussians(self.tree_, X, sw)
-        root_mean, root_var = self.tree_.free_mean[0], self.tree_.free_var[0]
         span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
-        bad = ~np.isfinite(root_mean) | ~np.isfinite(root_var) | ((root_var == 0) & (span > 0))
-        if bad.any():
-            names = [self.feature_names_[j] for j in np.flatnonzero(bad)]
-            raise ValueError(
-                f"the variance of feature(s) {names[:10]} overflows or underflows float64 (values "
-                f"from {np.abs(X).min():.3g} to {np.abs(X).max():.3g} in absolute value); rescale X "
-                f"(e.g. standardise it) before fitting"
-            )
+        check_free_variance(self.tree_, X, span, self.feature_names_)
         self.n_rules_ = int(self.tree_.is_leaf.sum())
+        self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(lambda Z: self._firing(Z)[0], X, sw, self.tree_.is_leaf)
         return self
-
-    def _resolve_feature_names(self, feature_names, n_features):
-        if hasattr(self, "feature_names_in_"):
-            names = [str(v) for v in self.feature_names_in_]
-        elif feature_names is not None:
-            names = [str(v) for v in feature_names]
-        else:
-            names = [f"x{j}" for j in range(n_features)]
-        if len(names) != n_features:
-            raise ValueError(f"feature_names has {len(names)} names but X has {n_features} features")
-        if len(set(names)) != len(names):
-            raise ValueError("feature_names contains duplicates")
-        return names
 
     # ------------------------------------------------------------------ inference
     def _check_X(self, X):
@@ -298,8 +238,10 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         return self.tree_.firing(self._check_X(X), bool(self.bounded_support), self._gate_margin())[0]
 
     def _sources(self) -> np.ndarray:
+        # An explicit `evidence_nodes` is read at inference, else the one fixed at fit (issue 18)
         tree = self.tree_
-        if self._setting("evidence_nodes") == "leaves":
+        nodes = self.evidence_nodes if self.evidence_nodes is not None else self.evidence_nodes_
+        if nodes == "leaves":
             return tree.is_leaf.copy()
         sources = np.ones(tree.n_nodes, dtype=bool)
         sources[0] = False
@@ -401,15 +343,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         ``x`` is one sample (shape (n_features_in_,) or (1, n_features_in_)). Returns a
         `ferl.explain.Explanation` (``to_markdown()``, ``to_json()``); ValueError for several rows.
         """
-        X = np.asarray(x, dtype=np.float64) if not hasattr(x, "columns") else x
-        if X.ndim == 1:
-            X = X.reshape(1, -1)
-        if X.ndim != 2:
-            raise ValueError(f"explain takes one sample of shape (n_features_in_,) or (1, n_features_in_), "
-                             f"got an array of shape {X.shape}")
-        if X.shape[0] != 1:
-            raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
-        X = self._check_X(X)
+        X = self._check_X(one_sample(x))
         fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
         phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
         novelty = analyse(self.tree_, X, fired)
@@ -486,9 +420,3 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         """
         return load_classifier(cls, path)
 
-
-def _seed_from(random_state) -> int | None:
-    """Turn a scikit-learn ``random_state`` into a seed for ``numpy.random.default_rng``."""
-    if random_state is None or isinstance(random_state, Integral):
-        return random_state
-    return int(random_state.randint(np.iinfo(np.int32).max))

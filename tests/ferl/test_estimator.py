@@ -131,6 +131,23 @@ def test_inference_settings_change_readout_without_refit(wine):
     assert clf.evidence(X).ignorance.mean() >= leaves - 1e-12
 
 
+def test_set_params_variant_after_fit_keeps_the_fitted_readout(tmp_path, wine, monkeypatch):
+    # issue 18 item 6: the read-out followed the preset at inference, so changing the variant of a
+    # fitted model changed its predictions (by up to 0.57 in probability) without a refit.
+    X, y = wine
+    monkeypatch.setitem(PRESETS, "compact", {**PRESETS["compact"], "evidence_nodes": "all"})
+    monkeypatch.setitem(PRESETS, "deep", {**PRESETS["deep"], "evidence_nodes": "leaves"})
+    clf = FERLClassifier("deep", random_state=0).fit(X, y)
+    before = clf.predict_proba(X)
+    clf.set_params(variant="compact")
+    np.testing.assert_array_equal(clf.predict_proba(X), before)
+    assert clf.evidence_nodes_ == "leaves"
+    clf.save(tmp_path / "m")
+    np.testing.assert_array_equal(FERLClassifier.load(tmp_path / "m").predict_proba(X), before)
+    clf.set_params(evidence_nodes="all")  # an explicit read-out setting still applies at once
+    assert not np.array_equal(clf.predict_proba(X), before)
+
+
 @pytest.mark.parametrize(
     "make_args, match",
     [

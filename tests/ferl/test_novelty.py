@@ -302,7 +302,7 @@ def test_geometric_ood_is_detected_by_firing_only_with_gates_on(name):
     acc_off = np.mean(clf.predict(X_te) == y_te)
     assert on >= 0.95, on
     assert off <= 0.55, off
-    assert abs(acc_on - acc_off) < 0.005, (acc_on, acc_off)
+    assert abs(acc_on - acc_off) <= 1.0 / len(y_te) + 1e-12, (acc_on, acc_off)  # <= 1 sample
 
 
 def test_loading_a_model_saved_without_the_gaussians_raises(tmp_path, wine_deep):

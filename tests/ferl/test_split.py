@@ -65,7 +65,7 @@ def _search(X, y, w, mult, min_width, rows=None, width_factor=2.0, min_leaf=1.0)
     return best_learned_split(
         bins.codes, bins.low, bins.high, xt, y, rows, w[rows], np.ascontiguousarray(mult.T),
         int(y.max()) + 1, width_factor, np.asarray(min_width, dtype=np.float64), GAIN_GINI,
-        float(w.sum()), min_leaf,
+        float(w.sum()), min_leaf, np.tile([-np.inf, np.inf], (X.shape[1], 1)),
     )
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sklearn.datasets import make_classification
+from sklearn.datasets import load_wine, make_classification
 
 from ferl import FERLClassifier
 
@@ -82,3 +82,141 @@ def test_compact_never_retests_the_same_fuzzy_set_on_a_path():
             node = t.parent[node]
             tests.append((t.feature[node], t.fuzzy_set[node]))
         assert len(tests) == len(set(tests)), tests
+
+
+# ---------------------------------------------------------------------------- growth policy
+
+
+def _paths(tree):
+    """For each leaf, its ancestors from the root down as (node, went_left) pairs."""
+    for leaf in np.flatnonzero(tree.is_leaf):
+        path, node = [], leaf
+        while tree.parent[node] >= 0:
+            parent = tree.parent[node]
+            path.append((parent, tree.left[parent] == node))
+            node = parent
+        yield path[::-1]
+
+
+def _chain_reproducer():
+    """Issue 19: clean 50-class concept vectors on which weighted Gini grows a chain."""
+    rng = np.random.default_rng(0)
+    k = 50
+    y = np.repeat(np.arange(k), 24)
+    A = np.hstack([(rng.random((k, 30)) < 0.3), np.eye(k)]).astype(float)
+    return np.clip(A[y] + rng.normal(0, 0.02, (len(y), A.shape[1])), 0, 1), y
+
+
+@pytest.mark.parametrize("variant", ["deep", "medium"])
+def test_clean_many_class_concepts_do_not_grow_a_chain(variant):
+    # Before: Gini gave every clean split the same gain, growth peeled one class per level and the
+    # depth limit stopped the tree at 37 (deep) / 14 (medium) rules, 0.74 / 0.28 train accuracy.
+    X, y = _chain_reproducer()
+    clf = FERLClassifier(variant, random_state=0).fit(X, y)
+    assert np.mean(clf.predict(X) == y) >= 0.99
+    assert clf.tree_.depth.max() <= 8  # balanced: log2(50) < 6 levels would do
+
+
+def test_information_gain_prefers_the_balanced_clean_split():
+    # Four equally weighted classes; feature 0 peels class 0 off, feature 1 halves {0,1} | {2,3}.
+    # Both splits are clean, so weighted Gini ties (1/4 each); the root must take the halving one.
+    y = np.repeat(np.arange(4), 50)
+    X = np.stack([(y == 0), (y >= 2)], axis=1).astype(float)
+    clf = FERLClassifier("deep", max_rules=2, random_state=0).fit(X, y)
+    assert clf.tree_.feature[0] == 1
+
+
+@pytest.mark.parametrize("variant", ["medium", "deep"])
+def test_no_path_cuts_a_feature_again_inside_a_band_it_used(variant):
+    # issue 16: medium on wine printed "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59", a rule that
+    # lives only inside the fuzzy band of one cut; then "x12 is between 584.23 and 787.27
+    # (membership <= 0.70)", a later band across an earlier one.
+    X, y = load_wine(return_X_y=True)
+    tree = FERLClassifier(variant, random_state=0).fit(X, y).tree_
+    band = tree.threshold[:, None] + np.outer(tree.half_width, [-1.0, 1.0])
+    tol = 1e-9 * (X.max(axis=0) - X.min(axis=0))
+    for path in _paths(tree):
+        for i, (a, _) in enumerate(path):
+            later = [b for b, _ in path[i + 1:] if tree.feature[b] == tree.feature[a]]
+            f = tree.feature[a]
+            assert all(band[b, 1] <= band[a, 0] + tol[f] or band[b, 0] >= band[a, 1] - tol[f]
+                       for b in later), (a, later)
+
+
+def test_compact_closes_a_feature_after_f_is_s():
+    # Low / medium / high form a Ruspini partition: after "f is S" any other set of f meets the
+    # path only inside fuzzy bands, so f is never tested again below the "is" branch.
+    X, y = make_classification(n_samples=600, n_features=3, n_informative=3, n_redundant=0,
+                               n_classes=3, random_state=0)
+    tree = FERLClassifier("compact", prune=False, random_state=0).fit(X, y).tree_
+    for path in _paths(tree):
+        closed = set()
+        for node, went_left in path:
+            assert tree.feature[node] not in closed
+            if went_left:
+                closed.add(tree.feature[node])
+
+
+def _hand_tree():
+    """Root on x0; its left child on x1 has two leaves predicting class 0; right leaf class 1."""
+    from ferl._tree import FuzzyTree
+
+    tree = FuzzyTree(n_classes=2)
+    value = {0: [0.5, 0.5], 1: [0.9, 0.1], 2: [0.1, 0.9], 3: [0.95, 0.05], 4: [0.8, 0.2]}
+    parent = {0: -1, 1: 0, 2: 0, 3: 1, 4: 1}
+    for o in range(5):
+        tree.add_node(parent[o], 0 if o == 0 else (1 if o < 3 else 2), np.array(value[o]), 10.0)
+    for o, f, children in ((0, 0, (1, 2)), (1, 1, (3, 4))):
+        tree.feature[o], tree.kind[o] = f, 0
+        tree.left[o], tree.right[o] = children
+        tree.trap[o] = np.array([-np.inf, -np.inf, 0.4, 0.6])
+        tree.threshold[o], tree.half_width[o], tree.lo[o], tree.hi[o], tree.gain[o] = .5, .1, 0, 1, .1
+    return tree.finalize()
+
+
+def test_pruning_undoes_splits_whose_leaves_agree_and_reindexes_the_tree():
+    from ferl._builder import _merge_agreeing_leaves
+
+    tree = _merge_agreeing_leaves(_hand_tree())
+    assert tree.n_nodes == 3
+    np.testing.assert_array_equal(tree.feature, [0, -1, -1])
+    np.testing.assert_array_equal(tree.left, [1, -1, -1])
+    np.testing.assert_array_equal(tree.right, [2, -1, -1])
+    np.testing.assert_array_equal(tree.parent, [-1, 0, 0])
+    np.testing.assert_allclose(tree.value[1], [0.9, 0.1])  # the merged node keeps its mixture
+    np.testing.assert_array_equal(tree.depth, [0, 1, 1])
+    assert np.isnan(tree.threshold[1]) and np.isnan(tree.trap[1]).all() and tree.kind[1] == -1
+
+
+def test_compact_prunes_until_sibling_leaves_disagree():
+    X, y = load_wine(return_X_y=True)
+    full = FERLClassifier("compact", prune=False, random_state=0).fit(X, y)
+    clf = FERLClassifier("compact", random_state=0).fit(X, y)
+    t = clf.tree_
+    assert clf.n_rules_ < full.n_rules_
+    for o in np.flatnonzero(~t.is_leaf):
+        kids = [t.left[o], t.right[o]]
+        if t.is_leaf[kids].all():
+            assert np.argmax(t.value[kids[0]]) != np.argmax(t.value[kids[1]])
+    assert np.mean(clf.predict(X) == full.predict(X)) >= 0.95
+
+
+def test_budget_follows_the_number_of_classes_unless_given():
+    from ferl.presets import growth_settings
+
+    budget = {v: growth_settings(FERLClassifier(v), 150, 1.0, 10).max_rules
+              for v in ("compact", "medium", "deep")}
+    assert budget == {"compact": 15, "medium": 150, "deep": 600}
+    assert growth_settings(FERLClassifier("deep"), 10, 1.0, 10).max_rules == 200
+    assert growth_settings(FERLClassifier("deep", max_rules=200), 150, 1.0, 10).max_rules == 200
+
+
+def test_band_floor_follows_the_bulk_of_a_skewed_feature():
+    # 99.5 % of the values in [0, 0.05], a few outliers up to 1: a floor of 5 % of the range would
+    # make every cut in the bulk a band covering the whole bulk.
+    rng = np.random.default_rng(0)
+    x = np.where(rng.random(2000) < 0.995, rng.random(2000) * 0.05, rng.random(2000))
+    y = (x > 0.025).astype(int)
+    clf = FERLClassifier("deep", max_rules=2, random_state=0).fit(x[:, None], y)
+    assert clf.tree_.half_width[0] < 0.01  # 0.047 with 5 % of the range
+    assert np.mean(clf.predict(x[:, None]) == y) >= 0.99  # 0.952 with 5 % of the range

@@ -1,0 +1,99 @@
+"""Checks and preparation of `FERLClassifier`'s inputs: fit's weights, names, seed and the
+free-feature variances the novelty read-out divides by; `explain`'s single sample."""
+
+from __future__ import annotations
+
+from numbers import Integral
+
+import numpy as np
+
+__all__ = ["rescale_weights", "resolve_feature_names", "check_free_variance", "seed_from", "one_sample"]
+
+
+def rescale_weights(sw: np.ndarray) -> tuple[np.ndarray, float]:
+    """Rescale weights to a mean positive weight of 1 and return them with the unit removed.
+
+    Only relative weights matter: growing on rescaled weights keeps weights such as 1e-300 or
+    1e300 from underflowing or overflowing in the split gains; the nodes' soft supports are then
+    reported in the caller's units (times ``unit``).
+
+    Parameters
+    ----------
+    sw : ndarray of shape (n,), float64, >= 0, with at least one positive entry
+
+    Returns
+    -------
+    weights : ndarray of shape (n,), float64
+    unit : float
+    """
+    top = float(sw.max())
+    sw = sw / top
+    unit = float(sw[sw > 0].mean())
+    return sw / unit, unit * top
+
+
+def resolve_feature_names(est, feature_names, n_features: int) -> list[str]:
+    """``feature_names_in_`` when set, else the ``feature_names`` given to fit, else x0, x1...
+
+    Raises
+    ------
+    ValueError
+        A name count other than ``n_features``, or duplicate names.
+    """
+    if hasattr(est, "feature_names_in_"):
+        names = [str(v) for v in est.feature_names_in_]
+    elif feature_names is not None:
+        names = [str(v) for v in feature_names]
+    else:
+        names = [f"x{j}" for j in range(n_features)]
+    if len(names) != n_features:
+        raise ValueError(f"feature_names has {len(names)} names but X has {n_features} features")
+    if len(set(names)) != len(names):
+        raise ValueError("feature_names contains duplicates")
+    return names
+
+
+def check_free_variance(tree, X: np.ndarray, span: np.ndarray, names: list[str]) -> None:
+    """Refuse a fit whose root free-feature Gaussians overflow or underflow float64.
+
+    Raises
+    ------
+    ValueError
+        Naming the features whose root mean or variance is not finite, or whose variance is 0
+        while the feature is not constant.
+    """
+    root_mean, root_var = tree.free_mean[0], tree.free_var[0]
+    bad = ~np.isfinite(root_mean) | ~np.isfinite(root_var) | ((root_var == 0) & (span > 0))
+    if bad.any():
+        bad_names = [names[j] for j in np.flatnonzero(bad)]
+        raise ValueError(
+            f"the variance of feature(s) {bad_names[:10]} overflows or underflows float64 (values "
+            f"from {np.abs(X).min():.3g} to {np.abs(X).max():.3g} in absolute value); rescale X "
+            f"(e.g. standardise it) before fitting"
+        )
+
+
+def seed_from(random_state) -> int | None:
+    """Turn a scikit-learn ``random_state`` into a seed for ``numpy.random.default_rng``."""
+    if random_state is None or isinstance(random_state, Integral):
+        return random_state
+    return int(random_state.randint(np.iinfo(np.int32).max))
+
+
+def one_sample(x):
+    """One sample of shape (d,) or (1, d) (array or DataFrame) as a (1, d) array or frame.
+
+    Raises
+    ------
+    ValueError
+        Another number of dimensions, or several rows.
+    """
+    X = np.asarray(x, dtype=np.float64) if not hasattr(x, "columns") else x
+    if X.ndim == 1:
+        X = X.reshape(1, -1)
+    if X.ndim != 2:
+        raise ValueError(f"explain takes one sample of shape (n_features_in_,) or (1, n_features_in_), "
+                         f"got an array of shape {X.shape}")
+    if X.shape[0] != 1:
+        raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
+    return X
