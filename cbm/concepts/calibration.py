@@ -31,7 +31,7 @@ from sklearn.isotonic import IsotonicRegression
 from cbm.concepts.values import check_concept_values
 from cbm.data.concept_tables import check_concept_names
 from ferl.metrics import expected_calibration_error
-from ferl.persist import atomic_write_text
+from ferl.persist import atomic_write_text, read_json_object
 
 __all__ = ["KINDS", "SCHEMA_VERSION", "ConceptCalibrator", "ConstantCalibrationWarning", "concept_ece"]
 
@@ -262,11 +262,8 @@ class ConceptCalibrator:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"calibration file {path} does not exist")
-        try:
-            doc = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from err
-        if not isinstance(doc, dict) or doc.get("calibrator") != "ConceptCalibrator":
+        doc = read_json_object(path, "a ConceptCalibrator file")
+        if doc.get("calibrator") != "ConceptCalibrator":
             raise ValueError(f"{path} is not a ConceptCalibrator file")
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(
