@@ -147,7 +147,8 @@ class SplitConformal:
 
         Returns
         -------
-        self
+        self : SplitConformal
+            Fitted: `threshold_` set from the calibration scores.
 
         Raises
         ------

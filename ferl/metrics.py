@@ -270,14 +270,7 @@ def determinacy(sets: np.ndarray) -> float:
 def mean_set_size(sets: np.ndarray) -> float:
     """Mean set cardinality in ``[0, n_classes]`` (an empty set counts 0).
 
-    Parameters
-    ----------
-    sets : ndarray of shape (n_samples, n_classes), bool
-
-    Raises
-    ------
-    ValueError
-        Empty or non-boolean sets.
+    ``sets`` is read and checked as in :func:`determinacy`.
     """
     return float(_sets(sets).sum(axis=1).mean())
 
@@ -366,22 +359,13 @@ def ood_auroc(scores_id: np.ndarray, scores_ood: np.ndarray) -> float:
 def aupr_out(scores_id: np.ndarray, scores_ood: np.ndarray) -> float:
     """Area under the precision-recall curve with OOD as the positive class (AUPR-Out).
 
-    Computed as scikit-learn's average precision (step-wise, no interpolation).
-
-    Parameters
-    ----------
-    scores_id, scores_ood : ndarray of shape (n_id,) and (n_ood,), float
-        Novelty scores (higher = more novel).
+    Computed as scikit-learn's average precision (step-wise, no interpolation). Parameters and
+    errors as in :func:`ood_auroc`.
 
     Returns
     -------
     float
         AUPR-Out in ``[0, 1]``; a random detector scores about ``n_ood / (n_id + n_ood)``.
-
-    Raises
-    ------
-    ValueError
-        As :func:`ood_auroc`.
     """
     labels, scores = _ood_labels_scores(scores_id, scores_ood)
     return float(average_precision_score(labels, scores))
@@ -392,22 +376,13 @@ def fpr_at_95_tpr(scores_id: np.ndarray, scores_ood: np.ndarray) -> float:
 
     The threshold ``t`` is the ``k``-th largest OOD score with ``k = ceil(0.95 * n_ood)``, i.e. the
     largest threshold for which the rule "flag as OOD when score >= t" flags at least 95 % of the
-    OOD inputs. FPR95 is the fraction of in-distribution inputs whose score is ``>= t``.
-
-    Parameters
-    ----------
-    scores_id, scores_ood : ndarray of shape (n_id,) and (n_ood,), float
-        Novelty scores (higher = more novel).
+    OOD inputs. FPR95 is the fraction of in-distribution inputs whose score is ``>= t``. Parameters
+    and errors as in :func:`ood_auroc`.
 
     Returns
     -------
     float
         FPR95 in ``[0, 1]`` (lower is better).
-
-    Raises
-    ------
-    ValueError
-        As :func:`ood_auroc`.
     """
     s_id, s_ood = _ood_pair(scores_id, scores_ood)
     k = math.ceil(0.95 * s_ood.size - 1e-9)

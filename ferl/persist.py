@@ -49,7 +49,8 @@ from ferl._atomic import (
 
 __all__ = [
     "POINTER", "SCHEMA_VERSION", "FolderBusyError", "StepWriter", "atomic_write_bytes",
-    "atomic_write_text", "current_folder", "folder_lock", "read_model", "save_folder", "write_model",
+    "atomic_write_text", "current_folder", "folder_lock", "read_json_object", "read_model", "save_folder",
+    "write_model",
 ]
 
 SCHEMA_VERSION = 1
@@ -183,6 +184,24 @@ def write_model(path: str | os.PathLike, meta: dict, arrays: dict[str, np.ndarra
     return save_folder(path, write)
 
 
+def read_json_object(path: str | os.PathLike, what: str) -> dict:
+    """The JSON object held by the file ``path`` (which exists), e.g. a saved model's description.
+
+    Raises
+    ------
+    ValueError
+        Text that is not UTF-8 or not JSON, or a JSON value other than an object; ``what`` (what
+        the object should be) ends that last message.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON: {err}") from err
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path} does not hold a JSON object ({what})")
+    return doc
+
+
 def read_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     """Load what `write_model` saved (following ``current.json``; the flat older layout loads too).
 
@@ -198,12 +217,7 @@ def read_model(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
     for name in (JSON_NAME, NPZ_NAME):
         if not (path / name).is_file():
             raise FileNotFoundError(f"{path / name} not found (a saved model has {JSON_NAME} and {NPZ_NAME})")
-    try:
-        doc = json.loads((path / JSON_NAME).read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path / JSON_NAME} is not valid JSON: {err}") from err
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path / JSON_NAME} does not hold a JSON object (a saved model's description)")
+    doc = read_json_object(path / JSON_NAME, "a saved model's description")
     version = doc.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ValueError(f"{path / JSON_NAME}: schema version {version!r}, expected {SCHEMA_VERSION}")

@@ -1,9 +1,11 @@
 """Concept probabilities after the detector: per-concept isotonic calibration.
 
 Owns `ConceptCalibrator` (one isotonic map per concept, fitted on the validation split, saved as
-``calibration.json``) and `concept_ece`.
+``calibration.json``) and `concept_ece`, and `check_concept_values`, the one check of an (n, k)
+matrix of concept values in [0, 1] that calibration, interventions and the heads share.
 """
 
 from cbm.concepts.calibration import ConceptCalibrator, concept_ece
+from cbm.concepts.values import check_concept_values
 
-__all__ = ["ConceptCalibrator", "concept_ece"]
+__all__ = ["ConceptCalibrator", "check_concept_values", "concept_ece"]

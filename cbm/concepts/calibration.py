@@ -28,9 +28,10 @@ from pathlib import Path
 import numpy as np
 from sklearn.isotonic import IsotonicRegression
 
+from cbm.concepts.values import check_concept_values
 from cbm.data.concept_tables import check_concept_names
 from ferl.metrics import expected_calibration_error
-from ferl.persist import atomic_write_text
+from ferl.persist import atomic_write_text, read_json_object
 
 __all__ = ["KINDS", "SCHEMA_VERSION", "ConceptCalibrator", "ConstantCalibrationWarning", "concept_ece"]
 
@@ -48,23 +49,6 @@ KINDS = {
 
 class ConstantCalibrationWarning(UserWarning):
     """Some concepts' calibration maps are constant: their calibrated values carry no information."""
-
-
-def _check_probs(probs: np.ndarray, names: Sequence[str], what: str) -> np.ndarray:
-    """Validate a (n, k) probability matrix against k concept names; return it as float64."""
-    arr = np.asarray(probs)
-    if arr.ndim != 2 or arr.shape[1] != len(names):
-        raise ValueError(f"{what} must have shape (n, {len(names)}) (a column per concept), got {arr.shape}")
-    if arr.shape[0] == 0:
-        raise ValueError(f"{what} has no rows")
-    if not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
-        raise ValueError(f"{what} must be real numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64)
-    bad = ~np.isfinite(arr) | (arr < 0) | (arr > 1)
-    if bad.any():
-        r, c = (int(v) for v in np.argwhere(bad)[0])
-        raise ValueError(f"{what}: row {r}, concept {names[c]!r} is {arr[r, c]} (must be finite in [0, 1])")
-    return arr
 
 
 def concept_ece(probs: np.ndarray, concept_labels: np.ndarray, n_bins: int = 15) -> np.ndarray:
@@ -139,7 +123,8 @@ class ConceptCalibrator:
 
         Returns
         -------
-        self
+        self : ConceptCalibrator
+            Fitted: one map per concept.
 
         Raises
         ------
@@ -155,7 +140,7 @@ class ConceptCalibrator:
         names = [str(n) for n in concept_names]
         if len(set(names)) != len(names) or not names:
             raise ValueError("concept_names must be non-empty and unique")
-        x_all = _check_probs(probs, names, "calibration probs")
+        x_all = check_concept_values(probs, names, "calibration probs")
         labels = np.asarray(concept_labels)
         if labels.shape != x_all.shape:
             raise ValueError(f"concept_labels has shape {labels.shape}, expected {x_all.shape}")
@@ -229,7 +214,7 @@ class ConceptCalibrator:
         if concept_names is not None:
             check_concept_names(concept_names, self.concept_names_, source="the concept table",
                                 reference="the calibrator")
-        x = _check_probs(probs, self.concept_names_, "probs to calibrate")
+        x = check_concept_values(probs, self.concept_names_, "probs to calibrate")
         out = np.empty_like(x)
         for j, (xk, yk) in enumerate(self.knots_):
             out[:, j] = np.interp(x[:, j], xk, yk)
@@ -277,11 +262,8 @@ class ConceptCalibrator:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"calibration file {path} does not exist")
-        try:
-            doc = json.loads(path.read_text())
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from err
-        if not isinstance(doc, dict) or doc.get("calibrator") != "ConceptCalibrator":
+        doc = read_json_object(path, "a ConceptCalibrator file")
+        if doc.get("calibrator") != "ConceptCalibrator":
             raise ValueError(f"{path} is not a ConceptCalibrator file")
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(

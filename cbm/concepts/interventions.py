@@ -25,24 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cbm.concepts.values import check_concept_values
 from cbm.data.concept_tables import concept_groups_from_names
 
 __all__ = ["ConceptGroups", "ExpertValues", "Intervention", "apply_answers", "intervene"]
-
-
-def _check_matrix(X, k: int, what: str, names: Sequence[str]) -> np.ndarray:
-    """Validate a (n, k) array of values in [0, 1]; return it as float64."""
-    arr = np.asarray(X)
-    if arr.ndim != 2 or arr.shape[1] != k:
-        raise ValueError(f"{what} must have shape (n, {k}) (a column per concept), got {arr.shape}")
-    if not np.issubdtype(arr.dtype, np.number) and arr.dtype != bool:
-        raise ValueError(f"{what} must be numbers, got dtype {arr.dtype}")
-    arr = arr.astype(np.float64)
-    bad = ~np.isfinite(arr) | (arr < 0) | (arr > 1)
-    if bad.any():
-        r, c = (int(v) for v in np.argwhere(bad)[0])
-        raise ValueError(f"{what}: row {r}, concept {names[c]!r} is {arr[r, c]} (must be in [0, 1])")
-    return arr
 
 
 @dataclass(frozen=True)
@@ -299,7 +285,7 @@ def intervene(X: np.ndarray, groups: ConceptGroups, values: Mapping[str, object]
         group given a value that is not one-hot, a row out of range.
     """
     k = len(groups.concept_names)
-    X = _check_matrix(X, k, "concept values", groups.concept_names)
+    X = check_concept_values(X, groups.concept_names, "concept values", allow_empty=True)
     expert = expert or ExpertValues.labels(k)
     if not isinstance(values, Mapping) or not values:
         raise ValueError("values must be a non-empty mapping of concept or group names to expert values")

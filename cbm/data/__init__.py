@@ -20,14 +20,7 @@ from .cub_attributes import KOH_112_ATTRIBUTE_INDICES
 from .custom import load_custom
 from .datamodule import ConceptDataModule, build_transform
 from .features import load_awa_features, load_feature_table
-from .folds import (
-    ClassFold,
-    check_folds,
-    class_disjoint_folds,
-    load_folds,
-    open_world_split,
-    save_folds,
-)
+from .folds import ClassFold, check_folds, class_disjoint_folds, load_folds, open_world_split, save_folds
 from .registry import DATASETS, load_dataset
 from .synthetic import load_synthetic, make_synthetic, write_synthetic
 from .synthetic_world import SyntheticWorld, make_world

@@ -25,7 +25,7 @@ from .common import (
     select_classes,
     stratified_split,
 )
-from .tables import ImageFileTable, check_images_readable, check_on_unreadable
+from .tables import ImageFileTable, check_on_unreadable, keep_readable
 
 __all__ = ["AWA2_LAYOUT", "AWA2_FRACTIONS", "AwA2Metadata", "load_awa2_metadata", "load_awa2"]
 
@@ -146,10 +146,8 @@ def load_awa2(
         Per-class train/val/test fractions of the images.
     seed : int
         Seed of the split.
-    check_images : bool
-        Decode every image up front.
-    on_unreadable : {"error", "skip"}
-        ``"skip"`` drops unreadable images and counts them in ``info["skipped_images"]``.
+    check_images, on_unreadable
+        How unreadable images are found and handled: see :func:`cbm.data.tables.keep_readable`.
 
     Returns
     -------
@@ -183,13 +181,9 @@ def load_awa2(
         "zero_shot_train_classes": meta.train_classes,
         "zero_shot_test_classes": meta.test_classes,
     }
-    if on_unreadable == "skip" or check_images:
-        keep, bad = check_images_readable([str(p) for p in paths], on_unreadable)
-        paths = [p for p, k in zip(paths, keep, strict=True) if k]
-        y = [c for c, k in zip(y, keep, strict=True) if k]
-        info["skipped_images"] = bad
-        info["n_skipped_images"] = len(bad)
-    y_arr = np.asarray(y, dtype=np.int64)
+    keep = keep_readable(paths, info, check_images=check_images, on_unreadable=on_unreadable)
+    paths = [p for p, k in zip(paths, keep, strict=True) if k]
+    y_arr = np.asarray(y, dtype=np.int64)[keep]
     split = stratified_split(y_arr, fractions, ("train", "val", "test"), seed)
     check_training_images(split, y_arr, meta.class_names)
     table = ImageFileTable(

@@ -47,7 +47,7 @@ from .cub_attributes import (
     read_attribute_names,
     read_image_attribute_labels,
 )
-from .tables import ImageFileTable, check_images_readable, check_on_unreadable
+from .tables import ImageFileTable, check_on_unreadable, keep_readable
 
 __all__ = ["CUBTable", "load_cub"]
 
@@ -106,11 +106,8 @@ def load_cub(
         Re-derive the selection from the majority vote and compare with the pinned list. Default:
         when the per-image labels are used and every class in ``classes.txt`` has training
         images (the full data set).
-    check_images : bool
-        Decode every image up front (otherwise a bad file fails when loaded).
-    on_unreadable : {"error", "skip"}
-        With ``"skip"``, images are checked up front and unreadable ones are dropped and counted
-        in ``info["skipped_images"]``.
+    check_images, on_unreadable
+        How unreadable images are found and handled: see :func:`cbm.data.tables.keep_readable`.
 
     Returns
     -------
@@ -173,12 +170,9 @@ def load_cub(
             f"{len(absent)} image(s) listed in {f_images} are missing, e.g. {absent[:3]}"
         )
     info: dict[str, Any] = {"root": str(cub), "seed": seed, "val_fraction": val_fraction}
-    if on_unreadable == "skip" or check_images:
-        keep, bad = check_images_readable([str(p) for p in paths], on_unreadable)
-        ids = [i for i, k in zip(ids, keep, strict=True) if k]
-        paths = [p for p, k in zip(paths, keep, strict=True) if k]
-        info["skipped_images"] = bad
-        info["n_skipped_images"] = len(bad)
+    keep = keep_readable(paths, info, check_images=check_images, on_unreadable=on_unreadable)
+    ids = [i for i, k in zip(ids, keep, strict=True) if k]
+    paths = [p for p, k in zip(paths, keep, strict=True) if k]
 
     # ---- class-level attribute values over all classes of classes.txt ----------------------
     n_classes_all = len(class_ids_all)

@@ -32,7 +32,7 @@ from .common import (
     find_dataset_dir,
     stratified_split,
 )
-from .tables import ImageFileTable, check_images_readable, check_on_unreadable
+from .tables import ImageFileTable, check_on_unreadable, keep_readable
 
 __all__ = ["CUSTOM_LAYOUT", "IMAGE_SUFFIXES", "load_custom"]
 
@@ -117,10 +117,8 @@ def load_custom(
         Per-class train/val/test fractions, used when ``concepts.csv`` has no ``split`` column.
     seed : int
         Seed of that split.
-    check_images : bool
-        Decode every image up front.
-    on_unreadable : {"error", "skip"}
-        ``"skip"`` drops unreadable images (listed in ``info["skipped_images"]``).
+    check_images, on_unreadable
+        How unreadable images are found and handled: see :func:`cbm.data.tables.keep_readable`.
 
     Returns
     -------
@@ -187,12 +185,9 @@ def load_custom(
     else:
         split = stratified_split(y, fractions, SPLIT_NAMES, seed)
         info["fractions"] = list(fractions)
-    if on_unreadable == "skip" or check_images:
-        keep, bad_files = check_images_readable([str(p) for p in paths], on_unreadable)
-        paths, rel, y, concepts, split = ([v for v, k in zip(a, keep, strict=True) if k] for a in
-                                          (paths, rel, y, concepts, split))
-        y, concepts, split = np.asarray(y, dtype=np.int64), np.asarray(concepts), np.asarray(split)
-        info.update(skipped_images=bad_files, n_skipped_images=len(bad_files))
+    keep = keep_readable(paths, info, check_images=check_images, on_unreadable=on_unreadable)
+    paths, rel = ([v for v, k in zip(a, keep, strict=True) if k] for a in (paths, rel))
+    y, concepts, split = y[keep], concepts[keep], split[keep]
     check_training_images(split, y, classes)
     return ImageFileTable(name="custom", sample_ids=rel, y=y, concepts=concepts, split=split,
                           class_names=classes, concept_names=names, class_concepts=class_concepts,

@@ -28,6 +28,7 @@ __all__ = [
     "FeatureTable",
     "check_images_readable",
     "check_on_unreadable",
+    "keep_readable",
 ]
 
 log = logging.getLogger(__name__)
@@ -319,3 +320,35 @@ def check_on_unreadable(value: str) -> str:
     if value not in ("error", "skip"):
         raise ValueError(f"on_unreadable must be 'error' or 'skip', got {value!r}")
     return value
+
+
+def keep_readable(paths: Sequence, info: dict, *, check_images: bool, on_unreadable: str) -> np.ndarray:
+    """The image loaders' up-front check of their files: a keep-mask over ``paths``.
+
+    Parameters
+    ----------
+    paths : sequence of path-like
+        The loader's image files.
+    info : dict
+        The table's ``info``; gets ``"skipped_images"`` (list of str) and ``"n_skipped_images"``
+        when the images are checked.
+    check_images : bool
+        Decode every image up front (otherwise a bad file fails only when it is loaded).
+    on_unreadable : {"error", "skip"}
+        ``"skip"`` checks the images up front too, and drops the unreadable ones.
+
+    Returns
+    -------
+    keep : ndarray of shape (len(paths),), bool
+        All True unless ``on_unreadable == "skip"`` found unreadable files.
+
+    Raises
+    ------
+    UnreadableImageError
+        The first unreadable file, with ``check_images`` and ``on_unreadable == "error"``.
+    """
+    if not (check_images or on_unreadable == "skip"):
+        return np.ones(len(paths), dtype=bool)
+    keep, bad = check_images_readable([str(p) for p in paths], on_unreadable)
+    info.update(skipped_images=bad, n_skipped_images=len(bad))
+    return keep

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from cbm.concepts.values import check_concept_values
 from cbm.data.concept_tables import check_concept_names
 from ferl.persist import atomic_write_text, save_folder
 
@@ -97,7 +98,8 @@ class ConceptHead(ABC):
 
         Returns
         -------
-        self
+        self : ConceptHead
+            Fitted on these concepts and classes.
 
         Raises
         ------
@@ -124,17 +126,7 @@ class ConceptHead(ABC):
         if concept_names is not None:
             check_concept_names(concept_names, self.concept_names_, source="the concept vectors",
                                 reference=f"head {self.name!r}")
-        X = np.asarray(X)
-        k = len(self.concept_names_)
-        if X.ndim != 2 or X.shape[1] != k or X.shape[0] == 0:
-            raise ValueError(f"head {self.name!r} expects concept vectors of shape (n, {k}), got {X.shape}")
-        X = X.astype(np.float64)
-        bad = ~np.isfinite(X) | (X < 0) | (X > 1)
-        if bad.any():
-            r, c = (int(v) for v in np.argwhere(bad)[0])
-            raise ValueError(f"concept vectors row {r}, concept {self.concept_names_[c]!r} is {X[r, c]} "
-                             "(must be finite in [0, 1])")
-        return X
+        return check_concept_values(X, self.concept_names_, f"concept vectors of head {self.name!r}")
 
     def predict_proba(self, X: np.ndarray, concept_names: Sequence[str] | None = None) -> np.ndarray:
         """Class probabilities, ndarray of shape (n, C) in the order of ``classes_``.

@@ -44,15 +44,8 @@ def ferl_available() -> bool:
 
 
 def ferl_evidence_param(clf: ClassifierMixin) -> str:
-    """Name of FERL's evidence-source parameter (``evidence_nodes``, or ``evidence`` as drafted).
-
-    Parameters
-    ----------
-    clf : FERLClassifier
-
-    Returns
-    -------
-    str
+    """Name of the evidence-source parameter of ``clf``, a FERLClassifier: ``evidence_nodes``, or
+    ``evidence`` as drafted.
 
     Raises
     ------

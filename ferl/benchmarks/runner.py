@@ -105,15 +105,7 @@ def _load_all(config: BenchmarkConfig) -> list[KeelDataset]:
 
 
 def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
-    """Run every study on every data set and fold.
-
-    Parameters
-    ----------
-    config : BenchmarkConfig
-
-    Returns
-    -------
-    BenchmarkResult
+    """Run every study of ``config`` on every data set and fold.
 
     Raises
     ------

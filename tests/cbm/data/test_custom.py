@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cbm.data import ConceptDataModule, DataFormatError, DatasetLayoutError, load_custom, load_dataset
+from cbm.data import (
+    ConceptDataModule,
+    DataFormatError,
+    DatasetLayoutError,
+    UnreadableImageError,
+    load_custom,
+    load_dataset,
+)
 from cbm.data.concept_tables import save_concept_table
 from cbm.data.validate import main as validate_main
 from cbm.data.validate import validate_path
@@ -59,6 +66,25 @@ def test_per_image_concepts_with_splits_and_majority_class_profiles(tmp_path):
     assert tab.split.tolist() == ["train", "val", "test"] * 2
     assert tab.concepts[2].tolist() == [0, 1] and tab.class_concepts.tolist() == [[1, 0], [0, 1]]
     assert tab.info["concept_source"] == "per_image" and tab.concept_groups == {"colour": [0, 1]}
+
+
+def test_unreadable_images_fail_or_are_skipped_with_their_rows(tmp_path):
+    rows = ["image,x,split"]
+    for c in ("a", "b"):
+        for i, split in enumerate(("train", "train", "val", "test")):
+            _image(tmp_path / "images" / c / f"{i}.png")
+            rows.append(f"{c}/{i}.png,{int(c == 'a' and i == 2)},{split}")
+    (tmp_path / "images" / "a" / "1.png").write_bytes(b"not an image")
+    (tmp_path / "concepts.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(UnreadableImageError, match="a/1.png"):
+        load_custom(tmp_path, check_images=True)
+    assert len(load_custom(tmp_path)) == 8  # unchecked: a bad file fails only when loaded
+    tab = load_custom(tmp_path, on_unreadable="skip")
+    assert list(tab.sample_ids) == ["a/0.png", "a/2.png", "a/3.png"] + [f"b/{i}.png" for i in range(4)]
+    assert tab.y.tolist() == [0, 0, 0, 1, 1, 1, 1] and tab.concepts[:, 0].tolist() == [0, 1, 0, 0, 0, 0, 0]
+    assert tab.split.tolist() == ["train", "val", "test", "train", "train", "val", "test"]
+    assert tab.info["skipped_images"] == [str(tmp_path / "images" / "a" / "1.png")]
+    assert tab.info["n_skipped_images"] == 1 and len(tab.paths) == 7
 
 
 @pytest.mark.parametrize(("csv", "message"), [
