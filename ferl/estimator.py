@@ -15,10 +15,11 @@ from ferl import certificate
 from ferl._builder import GrowthSettings, grow_tree
 from ferl._model_files import load_classifier, save_classifier
 from ferl._partitions import fixed_partitions
-from ferl.evidence import Evidence, combine
+from ferl.evidence import Evidence, combine, discount
 from ferl.explain import Explanation, build_explanation
-from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, fit_free_gaussians
+from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, check_variances, fit_free_gaussians
 from ferl.rules import Rule, extract_rules, format_rules
+from ferl.typicality import fit_leaf_gaussians, leaf_terms, source_reliability, standardise
 
 __all__ = ["FERLClassifier", "PRESETS"]
 
@@ -44,8 +45,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
     ``m_o({c}) = phi_o p_o(c)``, ``m_o(Theta) = 1 - phi_o``; combining the masses of the evidence
     nodes (section 3.2, eq. 4) gives belief, plausibility, ignorance, the pignistic probability
     (``predict_proba``) and the interval-dominance credal set (``predict_set``). The same pass gives
-    novelty (section 3.1, appendix A.2, `ferl.novelty`: ``routing_loss``, ``feature_anomaly``,
-    ``ood_score``, ``anomalous_features``), rules and explanations (``rules_``, ``export_text``,
+    novelty (section 3.1, appendix A.2, `ferl.novelty`, `ferl.typicality`: ``routing_loss``,
+    ``feature_anomaly``, ``ood_score``, ``anomalous_features``), rules and explanations (``rules_``,
+    ``export_text``,
     ``explain``) and a robustness certificate (appendix A.3, ``robustness_radius``).
 
     Parameters
@@ -91,6 +93,15 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Apply the bounded-support gates at inference (section 3.1, appendix C.2).
     support_margin : float > 0, default=1.0
         Gate margin as a multiple of the node-local observed range (the paper's default is 1).
+    novelty_discount : bool, default=False
+        Discount every evidence source's mass by how typical the input is for it (beyond the
+        paper; `ferl.evidence.discount`, reliability `ferl.typicality.source_reliability`): a
+        source's firing ``phi_o`` becomes ``r_o(x) phi_o`` with ``r_o = 1`` for inputs as typical
+        as 90 % of the (cross-fitted) training inputs, so that near-OOD inputs, which still fire
+        rules, get ignorance, wider credal sets and abstentions. Read at inference. False keeps
+        the paper's read-out bit for bit. The CBM heads should turn it on: a concept-bottleneck
+        head meets novel classes whose concept vectors stay inside the training ranges, where the
+        gates do not fire and the paper's ignorance is blind (measured in `scripts/bench_novelty.py`).
     random_state : int, RandomState instance or None, default=None
         Seeds the bootstrap resamples.
 
@@ -128,13 +139,14 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         ],
         "bounded_support": ["boolean"],
         "support_margin": [Interval(Real, 0, None, closed="neither")],
+        "novelty_discount": ["boolean"],
         "random_state": ["random_state"],
     }
 
     def __init__(self, variant="deep", *, max_rules=None, max_depth=None, partition=None, gain=None,
                  evidence_nodes=None, combination="dempster", n_bootstrap=25, width_factor=2.0,
                  min_width=0.05, min_gain=None, patience=None, min_samples_leaf=None,
-                 bounded_support=True, support_margin=1.0, random_state=None):
+                 bounded_support=True, support_margin=1.0, novelty_discount=False, random_state=None):
         self.variant = variant
         self.max_rules = max_rules
         self.max_depth = max_depth
@@ -150,6 +162,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         self.min_samples_leaf = min_samples_leaf
         self.bounded_support = bounded_support
         self.support_margin = support_margin
+        self.novelty_discount = novelty_discount
         self.random_state = random_state
 
     # ------------------------------------------------------------------ settings
@@ -196,7 +209,8 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         ValueError
             NaN or inf in X, empty X, labels of another length than X, `sample_weight` of the wrong
             shape or negative, fewer than two classes (with positive weight), `feature_names` of
-            the wrong length.
+            the wrong length, a non-constant feature whose variance overflows float64 or lies below
+            `ferl.novelty.MIN_VARIANCE` (the message names it; rescale X).
         """
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
@@ -227,18 +241,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         rng = np.random.default_rng(_seed_from(self.random_state))
         self.tree_ = grow_tree(X, y_enc.astype(np.int64), sw, n_classes, settings, rng, sets)
         self.tree_.weight = self.tree_.weight * unit
-        with np.errstate(over="ignore", invalid="ignore"):
-            fit_free_gaussians(self.tree_, X, sw)
-        root_mean, root_var = self.tree_.free_mean[0], self.tree_.free_var[0]
-        span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
-        bad = ~np.isfinite(root_mean) | ~np.isfinite(root_var) | ((root_var == 0) & (span > 0))
-        if bad.any():
-            names = [self.feature_names_[j] for j in np.flatnonzero(bad)]
-            raise ValueError(
-                f"the variance of feature(s) {names[:10]} overflows or underflows float64 (values "
-                f"from {np.abs(X).min():.3g} to {np.abs(X).max():.3g} in absolute value); rescale X "
-                f"(e.g. standardise it) before fitting"
-            )
+        fit_free_gaussians(self.tree_, X, sw)
+        check_variances(self.tree_, self.feature_range_, self.feature_names_)
+        self.leaf_gaussians_ = fit_leaf_gaussians(self.tree_, X, sw)
         self.n_rules_ = int(self.tree_.is_leaf.sum())
         return self
 
@@ -296,9 +301,21 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             NaN / inf in X, or a feature count other than ``n_features_in_``.
         """
         X = self._check_X(X)
-        return self._combine(self._firing(X)[0])
+        return self._combine(self._firing(X)[0], X)
 
-    def _combine(self, phi) -> Evidence:
+    def _reliability(self, X) -> np.ndarray:
+        """Source reliabilities (n, n_nodes) of validated ``X``; all ones with the discount off."""
+        if not self.novelty_discount:
+            return np.ones((X.shape[0], self.tree_.n_nodes))
+        model = self.leaf_gaussians_
+        phi0 = self.tree_.firing(X, False, self._gate_margin())[0]
+        nll = leaf_terms(model, standardise(X, model.center, model.scale), phi0[:, model.leaves])[2]
+        return source_reliability(self.tree_, model, phi0, nll)
+
+    def _combine(self, phi, X) -> Evidence:
+        """Evidence of firings ``phi`` of validated ``X`` (discounted when `novelty_discount`)."""
+        if self.novelty_discount:
+            phi = discount(phi, self._reliability(X))
         return combine(phi, self.tree_.value, self._sources(), self.combination)
 
     def predict_proba(self, X) -> np.ndarray:
@@ -319,7 +336,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ novelty (ferl.novelty)
     def _novelty(self, X) -> Novelty:
-        return analyse(self.tree_, X, bool(self.bounded_support), self._gate_margin())
+        return analyse(self.tree_, self.leaf_gaussians_, X, bool(self.bounded_support), self._gate_margin())
 
     def routing_loss(self, X) -> np.ndarray:
         """Firing mass lost to the gates per sample and split feature (appendix eq. 8).
@@ -334,25 +351,29 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         feature, ndarray of shape (n_samples, n_features_in_), >= 0. See `ferl.novelty.Novelty`."""
         return self._novelty(self._check_X(X)).feature_anomaly
 
-    def ood_score(self, X, kind: str = "combined") -> np.ndarray:
-        """OOD score, ndarray of shape (n_samples,); higher means more novel.
+    def ood_score(self, X, kind: str = "nll") -> np.ndarray:
+        """OOD score, ndarray of shape (n_samples,), finite; higher means more novel.
 
-        ``kind``: "combined" (default, ``residual / 2 + log(1 + eps) - log(eps + firing)``),
-        "ignorance" (m(Theta)), "firing" (1 - total leaf firing) or "residual" (free-feature
-        Mahalanobis average); formulas in `ferl.novelty.Novelty.score`. ValueError for another kind.
+        ``kind``: "nll" (default: leaf and free-feature Gaussians' negative log-likelihood per
+        feature plus ``log(1 + eps) - log(eps + firing)``), "combined" (``residual / 2`` plus that
+        firing term), "residual" (the paper's free-feature Mahalanobis average, eq. 3), "ignorance"
+        (m(Theta) of `evidence`, so discounted when `novelty_discount`) or "firing" (1 - total
+        leaf firing); formulas in `ferl.novelty.Novelty.score`. ValueError for another kind.
         """
         if kind not in OOD_KINDS:
             raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
         X = self._check_X(X)
-        ignorance = self._combine(self._firing(X)[0]).ignorance if kind == "ignorance" else None
-        return self._novelty(X).score(kind, ignorance)
+        if kind == "ignorance":
+            return self._combine(self._firing(X)[0], X).ignorance
+        return self._novelty(X).score(kind)
 
     def anomalous_features(self, X, top_k: int | None = 5) -> list[list[AnomalousFeature]]:
         """The ``top_k`` most novel features of each sample, highest score first.
 
         Returns one list per sample of `ferl.novelty.AnomalousFeature` named tuples
-        ``(name, score, feature, routing_loss, anomaly)``; the score (nats) adds the free-feature
-        score and the feature's share of the routing loss (`ferl.novelty.Novelty.feature_scores`).
+        ``(name, score, feature, routing_loss, deviation, anomaly)``; the scores (nats) are the
+        features' parts of the default ``ood_score`` and sum to it over all features
+        (`ferl.novelty.Novelty.feature_scores`).
         ``top_k=None`` lists every feature; ValueError when ``top_k < 1``.
         """
         return self._novelty(self._check_X(X)).ranked(self.feature_names_, top_k)
@@ -386,8 +407,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         phi, lost = self._firing(X)
         novelty = self._novelty(X)
         radius = certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
-        return build_explanation(self, phi, novelty.ranked(self.feature_names_, top_k)[0],
-                                 float(novelty.score("combined")[0]), float(radius[0]))
+        ranked = novelty.ranked(self.feature_names_, top_k)[0]
+        return build_explanation(self, phi, self._reliability(X), ranked, float(novelty.score()[0]),
+                                 float(radius[0]))
 
     # ------------------------------------------------------------------ rules
     @property
