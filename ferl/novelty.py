@@ -16,11 +16,9 @@ paper by the leaf Gaussians of `ferl.typicality`. Three signals:
   log-likelihood averaged over the rules the input reaches. It sees correlations (a novel class
   that breaks them while every feature stays in range) that the diagonal residual cannot.
 
-Nodes and weights of the residual (our choice, by measurement): it averages over **all** nodes,
-weighted by the firing ``phi0_o(x)`` computed with the gates off (defined for inputs far off the
-support too, where the gated firing vanishes). In the leave-one-class-out study of
-``scripts/bench_novelty.py`` (10 KEEL data sets, 3 seeds, FERL-deep) the all-node residual reached a
-mean AUROC of 0.762 where a leaves-only prototype reached 0.741.
+The residual averages over **all** nodes weighted by the firing ``phi0_o(x)`` with the gates off
+(defined far off the support too); on 10 KEEL sets (leave-one-class-out, 3 seeds, FERL-deep) it
+reached a mean AUROC of 0.762 where a leaves-only version reached 0.741.
 
 **The default score, ``nll``** = ``T(x) / d + R(x) / 2 + log(1 + eps) - log(eps + firing(x))``: the
 leaf Gaussians' and the free-feature Gaussians' negative log-likelihoods per feature, in nats, plus
@@ -106,12 +104,10 @@ class AnomalousFeature(NamedTuple):
 def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray) -> FuzzyTree:
     """Fit the per-node free-feature Gaussians of paper eq. 3 and store them in ``tree``.
 
-    For node ``o`` with training firing ``phi_o(x_i)`` and sample weights ``w_i``, the weights
-    ``w_i phi_o(x_i)`` give the mean ``mu_of`` and the (population) variance ``sigma_of^2`` of every
-    feature ``f`` absent from the root-to-node path; path features are stored as NaN. The firings are
-    computed with the gates off, which equals the gated firing on the training set (a training
-    sample lies inside the range of every node it reaches). Sums are accumulated on features
-    standardised by the weighted training mean and standard deviation, in chunks of rows.
+    The weights ``w_i phi_o(x_i)`` (sample weight times training firing, gates off: equal to the
+    gated firing on the training set) give the mean ``mu_of`` and population variance
+    ``sigma_of^2`` of every feature ``f`` absent from node ``o``'s path (path features: NaN). Sums
+    are accumulated on standardised features, in chunks of rows.
 
     Parameters
     ----------
