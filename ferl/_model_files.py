@@ -25,6 +25,8 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     arrays = {f"tree_{k}": getattr(est.tree_, k) for k in FuzzyTree.SAVED_FIELDS}
     arrays["feature_range"] = est.feature_range_
     arrays.update(_leaf_arrays(est.leaf_gaussians_))
+    if est.rule_alone_ is not None:
+        arrays["rule_alone"] = est.rule_alone_
     if est.partitions_ is not None:
         arrays["partitions"] = est.partitions_
     classes = est.classes_
@@ -85,6 +87,7 @@ def load_classifier(cls, path: str | os.PathLike):
     est.leaf_gaussians_ = _load_leaf_gaussians(path, tree, meta["n_features_in"], arrays)
     est.tree_ = tree
     est.n_rules_ = int(tree.is_leaf.sum())
+    est.rule_alone_ = arrays.get("rule_alone")  # None in files saved before it was recorded
     return est
 
 
@@ -115,6 +118,10 @@ def _check_loaded(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> None:
     problem = tree.structure_problem(d)
     if problem:
         fail(problem)
+    alone = arrays.get("rule_alone")
+    if alone is not None and (alone.shape != (int(tree.is_leaf.sum()),)
+                              or not ((alone >= 0) & (alone <= 1)).all()):
+        fail("rule_alone is not one share in [0, 1] per rule")
 
 
 def _leaf_arrays(model: LeafGaussians) -> dict[str, np.ndarray]:

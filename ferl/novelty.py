@@ -41,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from ferl._firing import Firing
 from ferl._tree import FuzzyTree
 from ferl.typicality import Z_MAX, LeafGaussians, leaf_terms, standardise
 
@@ -179,49 +180,70 @@ def check_variances(tree: FuzzyTree, feature_range: np.ndarray, feature_names) -
 
 
 @njit(cache=True)
-def _free_scores(X, phi, mean, inv_sd, free, n_free):
+def _free_scores(X, start, count, rows, phi0, mean, inv_sd, free, n_free):
     """Firing-weighted free-feature scores over all nodes (see `Novelty`).
 
-    Returns ``anomaly`` (n, d): per feature, the ``phi``-weighted mean of ``z_of^2`` over the nodes
-    where ``f`` is free; ``share`` (n, d): feature ``f``'s part of the residual,
-    ``sum_o phi_o z_of^2 / n_free_o / sum_o phi_o`` over nodes with a free feature (rows sum to the
-    residual). ``|z|`` is clipped to `Z_MAX`, so both are finite for finite inputs.
+    The firings are sparse (`ferl._firing.sparse_firing`): node ``o`` is reached by the samples
+    ``rows[start[o]:start[o] + count[o]]`` with ungated firings ``phi0``; nodes are taken in index
+    order. Returns ``anomaly`` (n, d): per feature, the ``phi0``-weighted mean of ``z_of^2`` over
+    the nodes where ``f`` is free; ``share`` (n, d): feature ``f``'s part of the residual,
+    ``sum_o phi0_o z_of^2 / n_free_o / sum_o phi0_o`` over nodes with a free feature (rows sum to
+    the residual). ``|z|`` is clipped to `Z_MAX`, so both are finite for finite inputs.
     """
     n, d = X.shape
-    n_nodes = phi.shape[1]
     anomaly = np.zeros((n, d))
     share = np.zeros((n, d))
-    weight = np.zeros(d)
-    for i in range(n):
-        weight[:] = 0.0
-        node_weight = 0.0
-        for o in range(n_nodes):
-            p = phi[i, o]
-            if p <= 0.0 or n_free[o] == 0:
+    weight = np.zeros((n, d))
+    node_weight = np.zeros(n)
+    for o in range(start.shape[0]):
+        if n_free[o] == 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            i = rows[e]
+            p = phi0[e]
+            if p <= 0.0:
                 continue
             for f in range(d):
                 if free[o, f]:
                     z = min(abs((X[i, f] - mean[o, f]) * inv_sd[o, f]), Z_MAX)
-                    anomaly[i, f] += p * z * z
-                    share[i, f] += p * z * z / n_free[o]
-                    weight[f] += p
-            node_weight += p
+                    z2 = z * z
+                    anomaly[i, f] += p * z2
+                    share[i, f] += p * z2 / n_free[o]
+                    weight[i, f] += p
+            node_weight[i] += p
+    for i in range(n):
         for f in range(d):
-            if weight[f] > 0.0:
-                anomaly[i, f] /= weight[f]
-            if node_weight > 0.0:
-                share[i, f] /= node_weight
+            if weight[i, f] > 0.0:
+                anomaly[i, f] /= weight[i, f]
+            if node_weight[i] > 0.0:
+                share[i, f] /= node_weight[i]
     return anomaly, share
 
 
+@njit(cache=True)
+def _routing_loss(start, count, rows, lost, feature, n, d):
+    """Gate losses summed by split feature (n, d) and in total (n,), from sparse firings."""
+    loss = np.zeros((n, d))
+    total = np.zeros(n)
+    for o in range(start.shape[0]):
+        if feature[o] < 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            if lost[e] > 0.0:
+                loss[rows[e], feature[o]] += lost[e]
+                total[rows[e]] += lost[e]
+    return loss, total
+
+
 def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Means, floored inverse standard deviations (0 at path features) and the free-feature mask."""
+    """Means, floored inverse standard deviations (0 at path features), the free-feature mask and
+    the free features per node."""
     free = ~np.isnan(tree.free_var)
     root_var = tree.free_var[0]
     floor = np.maximum(VAR_FLOOR * np.where(root_var > 0, root_var, 1.0), np.finfo(np.float64).tiny)
     var = np.maximum(np.where(free, tree.free_var, 1.0), floor)
     inv_sd = np.where(free, 1.0 / np.sqrt(var), 0.0)
-    return np.where(free, tree.free_mean, 0.0), inv_sd, free
+    return np.where(free, tree.free_mean, 0.0), inv_sd, free, free.sum(axis=1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -358,9 +380,8 @@ class Novelty:
         ]
 
 
-def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
-            margin: np.ndarray) -> Novelty:
-    """Compute the `Novelty` read-out of validated inputs.
+def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firing) -> Novelty:
+    """Compute the `Novelty` read-out of validated inputs from their firings.
 
     Parameters
     ----------
@@ -369,11 +390,10 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     leaves : LeafGaussians
         The tree's leaf Gaussians (`ferl.typicality.fit_leaf_gaussians`).
     X : ndarray of shape (n_samples, n_features), float64, finite
-    gates : bool
-        Apply the bounded-support gates (routing loss and firing); the Gaussian scores always
-        weight nodes by the ungated firing.
-    margin : ndarray of shape (n_nodes,)
-        Gate margins (`FuzzyTree.margins`).
+    firing : ferl._firing.Firing
+        The sparse firings of ``X`` (`FuzzyTree.sparse_firing`), gates as configured: the routing
+        loss and the firing use the gated ``phi`` and ``lost``, the Gaussian scores always weight
+        nodes by the ungated ``phi0``.
 
     Returns
     -------
@@ -386,25 +406,14 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     """
     if tree.free_mean is None or tree.free_var is None:
         raise ValueError("the tree has no free-feature Gaussians; refit the model")
-    n, d = X.shape
-    mean, inv_sd, free = _inverse_sd(tree)
-    n_free = free.sum(axis=1).astype(np.int64)
-    internal = ~tree.is_leaf
-    by_feature = np.zeros((int(internal.sum()), d))  # internal node -> its split feature (one-hot)
-    by_feature[np.arange(by_feature.shape[0]), tree.feature[internal]] = 1.0
-    out = {k: np.zeros((n, d)) for k in ("loss", "anomaly", "share", "deviation", "spread")}
-    firing = np.zeros(n)
-    leaf_nll = np.zeros((n, leaves.leaves.size))
-    for start in range(0, n, _CHUNK):
-        rows = slice(start, start + _CHUNK)
-        Xc = np.ascontiguousarray(X[rows])
-        phi, lost = tree.firing(Xc, gates, margin)
-        phi0 = tree.firing(Xc, False, margin)[0] if gates else phi
-        firing[rows] = np.maximum(1.0 - lost.sum(axis=1), 0.0)
-        out["loss"][rows] = lost[:, internal] @ by_feature
-        out["anomaly"][rows], out["share"][rows] = _free_scores(Xc, phi0, mean, inv_sd, free, n_free)
-        U = standardise(Xc, leaves.center, leaves.scale)
-        out["deviation"][rows], out["spread"][rows], leaf_nll[rows] = leaf_terms(
-            leaves, U, phi0[:, leaves.leaves])
-    return Novelty(out["loss"], out["anomaly"], out["share"], out["deviation"], out["spread"], firing,
-                   leaf_nll)
+    d = X.shape[1]
+    mean, inv_sd, free, n_free = tree.derived(
+        "free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+    n = firing.n_samples
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    loss, lost = _routing_loss(firing.start, firing.count, firing.rows, firing.lost, tree.feature, n, d)
+    anomaly, share = _free_scores(X, firing.start, firing.count, firing.rows, firing.phi0, mean, inv_sd,
+                                  free, n_free)
+    phi0 = firing.dense(firing.phi0)[:, leaves.leaves]
+    deviation, spread, leaf_nll = leaf_terms(leaves, standardise(X, leaves.center, leaves.scale), phi0)
+    return Novelty(loss, anomaly, share, deviation, spread, np.maximum(1.0 - lost, 0.0), leaf_nll)

@@ -6,7 +6,7 @@ Usage::
 
 ``ROOT`` is an ``evaluate-openworld`` output folder (``folds.json`` and ``seed<s>/fold<f>/concepts/
 {train,val,test,novel}.npz``, e.g. from ``configs/openworld/synthetic.yaml``). For every fold found:
-the per-concept calibrator is fitted on the retained **val** table (`cbm.calibration`), FERL-deep
+the per-concept calibrator is fitted on the retained **val** table (`cbm.concepts`), FERL-deep
 (``random_state`` = the seed) and the dedicated detectors on the retained **train** vectors, and the
 retained **test** images (in-distribution) are compared with the held-out classes' images (OOD):
 
@@ -15,7 +15,7 @@ retained **test** images (in-distribution) are compared with the held-out classe
 * abstention rate (credal set = every class) of retained test and held-out images, discount off / on;
 * attribute naming: precision@3 of the top-3 ``anomalous_features`` of each held-out image against
   the concepts where it differs from its nearest retained class profile (image-level ground truth,
-  `cbm.openworld_metrics.image_anomaly_ground_truth`; synthetic world only).
+  `cbm.openworld.metrics.image_anomaly_ground_truth`; synthetic world only).
 
 ``--quantiles`` overrides `ferl.typicality.RELIABILITY_QUANTILES` (a study of the discount). Prints
 one row per fold and the mean and standard deviation over folds.
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from cbm.calibration import ConceptCalibrator
-from cbm.concepts_io import load_concept_tables
-from cbm.openworld_metrics import image_anomaly_ground_truth, precision_at_k
+from cbm.concepts import ConceptCalibrator
+from cbm.data.concept_tables import load_concept_tables
+from cbm.openworld.metrics import image_anomaly_ground_truth, precision_at_k
 from ferl import FERLClassifier, typicality
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED, FERL_OOD_KINDS

@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from cbm.data.common import DatasetLayoutError, resolve_data_root
-from cbm.data.cub import KOH_112_ATTRIBUTE_INDICES
+from cbm.data.cub_attributes import KOH_112_ATTRIBUTE_INDICES
 
 N_ATTR = 312
 KOH = list(KOH_112_ATTRIBUTE_INDICES)

@@ -5,6 +5,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
+from ferl.evidence import combine, discount
 from ferl.typicality import KAPPA, RIDGE, leaf_terms, standardise
 
 
@@ -161,3 +162,18 @@ def test_explanation_shows_the_discount(correlated, tmp_path):
         np.testing.assert_array_equal(back.evidence(x[None]).ignorance, ev.ignorance)
     finally:
         clf.set_params(novelty_discount=False)
+
+
+@pytest.mark.parametrize("variant", ["compact", "deep"])
+def test_discounted_sparse_read_out_equals_the_dense_textbook_discount(variant, correlated):
+    """`ferl._readout.discounted` maps each sparse entry to its node's reliability: the batched
+    evidence equals `combine` of the dense firings times the dense reliabilities."""
+    _, X, y = correlated
+    clf = FERLClassifier(variant, random_state=0, novelty_discount=True).fit(X, y)
+    Z = np.vstack([X[:40], _planted(6, 60), X[:5] + 0.4])
+    phi = clf.tree_.firing(Z, True, clf._gate_margin())[0]
+    expect = combine(discount(phi, clf._reliability(Z)), clf.tree_.value, clf._sources(), clf.combination)
+    ev = clf.evidence(Z)
+    np.testing.assert_allclose(ev.mass, expect.mass, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ev.ignorance, expect.ignorance, rtol=1e-12, atol=1e-14)
+    assert (clf._reliability(Z)[40:100] < 1).any()  # the discount did act

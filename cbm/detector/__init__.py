@@ -1,0 +1,27 @@
+"""Concept detector: images (or feature vectors) → concept probabilities.
+
+Owns the timm backbones (`build_backbone`), the `ConceptDetector` LightningModule (one sigmoid per
+concept, BCE, torchmetrics per stage), the training job (`train_detector`: checkpoints, CSV / wandb
+logs, exact resume, concept-table export) and the ``train-detector`` console script
+(`cbm.detector.cli`).
+"""
+
+from cbm.detector.backbones import PretrainedWeightsError, build_backbone
+from cbm.detector.checkpoint import check_table_matches_checkpoint, checkpoint_concept_names
+from cbm.detector.module import ConceptDetector, MeanConceptAUROC, concept_metrics, imbalance_pos_weight
+from cbm.detector.train import DetectorRun, environment_info, quiet_library_noise, train_detector
+
+__all__ = [
+    "ConceptDetector",
+    "DetectorRun",
+    "MeanConceptAUROC",
+    "PretrainedWeightsError",
+    "build_backbone",
+    "check_table_matches_checkpoint",
+    "checkpoint_concept_names",
+    "concept_metrics",
+    "environment_info",
+    "imbalance_pos_weight",
+    "quiet_library_noise",
+    "train_detector",
+]

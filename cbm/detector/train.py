@@ -1,0 +1,400 @@
+"""The detector training job: data module + :class:`~cbm.detector.ConceptDetector` + Lightning Trainer.
+
+One call of :func:`train_detector` fills a run directory::
+
+    <run_dir>/config.yaml            the full configuration (written by the CLI)
+    <run_dir>/environment.json       versions, seed, git commit, device
+    <run_dir>/detector/checkpoints/  best.ckpt (monitored metric) and last.ckpt
+    <run_dir>/detector/logs/         CSV logs (version_N per session); wandb/ when enabled
+    <run_dir>/detector/metrics.json  concept accuracy / error / AUROC of the best checkpoint
+    <run_dir>/concepts/{split}.npz   concept tables (see :mod:`cbm.data.concept_tables`)
+
+Resuming with ``ckpt_path="last"`` restores epoch, global step, optimizer and LR-scheduler state;
+the per-epoch reseeding callback makes the resumed run repeat the uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from lightning.pytorch import Callback, LightningDataModule, Trainer, seed_everything
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+from torch.utils.data import DataLoader, RandomSampler
+
+from cbm.data.concept_tables import check_concept_names, save_concept_table
+from cbm.detector.checkpoint import checkpoint_concept_names
+from cbm.detector.module import ConceptDetector, concept_metrics, imbalance_pos_weight
+from cbm.runtime import thread_settings
+from ferl.persist import atomic_write_text
+
+__all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
+
+log = logging.getLogger(__name__)
+
+
+class _NoTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip")
+
+
+_NO_TIPS = _NoTips()
+
+
+def quiet_library_noise() -> None:
+    """Silence two notices Lightning repeats at every ``fit`` (console scripts call this).
+
+    A torch deprecation warning from Lightning's pytree helper (``LeafSpec``) and Lightning's
+    advertisement for its cloud logger (``💡 Tip: ... litlogger``). Nothing else is filtered.
+    """
+    warnings.filterwarnings("ignore", message=r".*LeafSpec.* is deprecated")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_NO_TIPS)
+
+#: (metric key, mode) per ``monitor`` choice.
+MONITORS = {"loss": ("val/loss", "min"), "auroc": ("val/auroc", "max")}
+
+
+class ReseedEachEpoch(Callback):
+    """Make each training epoch's randomness a function of ``seed + epoch`` only.
+
+    At the start of epoch e, every global generator is reseeded (``seed_everything(seed + e)``:
+    augmentation in the main process, dropout), and the training loader and its shuffling
+    sampler get private generators seeded with ``seed + e`` (so creating the data iterator
+    draws nothing from the global state). Lightning creates a resumed run's first data iterator
+    before any epoch hook; with these generators that no longer matters, and a run resumed from
+    an epoch-end checkpoint repeats the uninterrupted run. The exception: random augmentation
+    inside DataLoader worker processes in the first resumed epoch (worker seeds are drawn when
+    the iterator is created), so exact resumption needs ``num_workers: 0``.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.seed = int(seed)
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: Any) -> None:
+        seed = self.seed + trainer.current_epoch
+        seed_everything(seed, workers=True, verbose=False)
+        loader = trainer.train_dataloader
+        if isinstance(loader, DataLoader):
+            loader.generator = torch.Generator().manual_seed(seed)
+            if isinstance(loader.sampler, RandomSampler):
+                loader.sampler.generator = torch.Generator().manual_seed(seed)
+
+
+@dataclass
+class DetectorRun:
+    """What :func:`train_detector` produced.
+
+    Attributes
+    ----------
+    run_dir : Path
+    best_checkpoint : Path or None
+        None when checkpointing was off (e.g. ``fast_dev_run``); the tables then come from the
+        final in-memory weights.
+    last_checkpoint : Path or None
+    tables : dict of str to Path
+        Split name -> written concept table.
+    metrics : dict
+        Split name -> :func:`~cbm.detector.concept_metrics` of that table.
+    epochs : int
+        Training epochs completed.
+    global_step : int
+        Optimizer steps taken.
+    fit_seconds : float
+        Wall time of ``trainer.fit`` in this session.
+    """
+
+    run_dir: Path
+    best_checkpoint: Path | None
+    last_checkpoint: Path | None
+    tables: dict[str, Path] = field(default_factory=dict)
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    epochs: int = 0
+    global_step: int = 0
+    fit_seconds: float = 0.0
+
+
+def _git_commit() -> dict[str, Any]:
+    repo = Path(__file__).resolve().parents[1]
+    out: dict[str, Any] = {"commit": None, "dirty": None}
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10, check=False)
+        if head.returncode == 0:
+            out["commit"] = head.stdout.strip()
+            status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],
+                                    capture_output=True, text=True, timeout=10, check=False)
+            out["dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return out
+
+
+def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
+    """Versions, seed, git commit, device and CPU threads of this session (JSON-able)."""
+    packages = {}
+    for dist in ("ferl-cbm", "torch", "torchvision", "lightning", "timm", "torchmetrics", "numpy",
+                 "scikit-learn", "jsonargparse", "wandb"):
+        try:
+            packages[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            packages[dist] = None
+    cuda = torch.cuda.is_available()
+    return {
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": sys.argv,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": packages,
+        "seed": seed,
+        "git": _git_commit(),
+        "device": {
+            "accelerator": type(trainer.accelerator).__name__,
+            "strategy": type(trainer.strategy).__name__,
+            "num_devices": trainer.num_devices,
+            "num_nodes": trainer.num_nodes,
+            "precision": str(trainer.precision),
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "cuda_version": torch.version.cuda,
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+            if cuda else [],
+        },
+        "threads": thread_settings(),
+    }
+
+
+def _resolve_precision(trainer_kwargs: Mapping[str, Any]) -> str:
+    """``precision: null`` -> bf16-mixed on a bf16-capable GPU (when the accelerator allows), else 32."""
+    precision = trainer_kwargs.get("precision")
+    if precision is not None:
+        return str(precision)
+    accelerator = str(trainer_kwargs.get("accelerator", "auto"))
+    gpu_ok = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
+    return "bf16-mixed" if gpu_ok and torch.cuda.is_bf16_supported() else "32-true"
+
+
+def _resolve_ckpt_path(ckpt_path: str | None, ckpt_dir: Path) -> Path | None:
+    """``None`` | ``"last"`` | ``"best"`` | a file -> an existing checkpoint file or None.
+
+    ``"last"`` without a last checkpoint starts afresh (with a warning), so a restarted job
+    script can always pass it.
+    """
+    if ckpt_path is None:
+        return None
+    if ckpt_path in ("last", "best"):
+        path = ckpt_dir / f"{ckpt_path}.ckpt"
+        if path.is_file():
+            return path
+        if ckpt_path == "best":
+            raise FileNotFoundError(f"no best checkpoint in {ckpt_dir}")
+        log.warning("ckpt_path='last' but %s holds no last.ckpt: training from scratch", ckpt_dir)
+        return None
+    path = Path(ckpt_path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} (ckpt_path) does not exist")
+    return path
+
+
+def _build_loggers(kind: str, log_dir: Path, run_name: str) -> list[Logger]:
+    loggers: list[Logger] = [CSVLogger(save_dir=str(log_dir), name="logs")]
+    if kind == "wandb":
+        loggers.append(WandbLogger(save_dir=str(log_dir), offline=True, project="ferl-cbm",
+                                   name=run_name))
+    elif kind != "csv":
+        raise ValueError(f"logger must be 'csv' or 'wandb', got {kind!r}")
+    return loggers
+
+
+def _export_loaders(datamodule: LightningDataModule, splits: Sequence[str]) -> dict[str, DataLoader]:
+    """Evaluation loaders (eval transform, table order) of the splits to export; checked early.
+
+    Uses :meth:`cbm.data.ConceptDataModule.eval_dataloader`, whose ``.dataset`` carries the
+    ``sample_ids``, ``targets`` and ``concept_labels`` of the split in loader order.
+    """
+    loaders = {}
+    for split in splits:
+        loader = datamodule.eval_dataloader(split)
+        if len(loader.dataset) == 0:
+            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give "
+                             "each class more samples (a per-class split of very few samples can be empty)")
+        loaders[split] = loader
+    return loaders
+
+
+def train_detector(
+    datamodule: LightningDataModule,
+    *,
+    run_dir: str | os.PathLike,
+    model: Mapping[str, Any] | None = None,
+    trainer: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    logger: Literal["csv", "wandb"] = "csv",
+    monitor: Literal["loss", "auroc"] = "loss",
+    pos_weight: Literal["none", "imbalance"] = "none",
+    ckpt_path: str | None = None,
+    export_splits: Sequence[str] = ("train", "val", "test"),
+    config_text: str | None = None,
+    callbacks: Iterable[Callback] = (),
+) -> DetectorRun:
+    """Train a concept detector on ``datamodule`` and export its concept tables.
+
+    Parameters
+    ----------
+    datamodule : LightningDataModule
+        A :class:`cbm.data.ConceptDataModule` (or one with its ``concept_names``,
+        ``class_names``, ``input_kind``, ``n_features`` and ``eval_dataloader(split)``).
+    run_dir : path-like
+        Run directory (created).
+    model : mapping, optional
+        Keyword arguments of :class:`~cbm.detector.ConceptDetector` except the data-derived
+        ``concept_names``, ``input_kind``, ``feature_dim`` and ``pos_weight``.
+    trainer : mapping, optional
+        Keyword arguments of ``lightning.pytorch.Trainer`` (accelerator, devices, strategy,
+        max_epochs, deterministic ...); ``precision: None`` means bf16-mixed on GPU, else 32-true.
+        Loggers, callbacks and ``default_root_dir`` are set here.
+    seed : int
+        Seeds everything (``lightning.seed_everything``) and each epoch (:class:`ReseedEachEpoch`).
+    logger : {"csv", "wandb"}
+        CSV logs always; ``"wandb"`` adds an offline wandb run (no account needed).
+    monitor : {"loss", "auroc"}
+        Selects ``best.ckpt`` by lowest ``val/loss`` or highest ``val/auroc``.
+    pos_weight : {"none", "imbalance"}
+        ``"imbalance"``: Koh et al.'s per-concept positive weights from the training labels.
+    ckpt_path : str, optional
+        ``"last"`` resumes from ``<run_dir>/detector/checkpoints/last.ckpt`` (from scratch when
+        absent), ``"best"`` or a file path resumes from that checkpoint.
+    export_splits : sequence of str
+        Splits whose concept probabilities (best checkpoint) go to ``concepts/{split}.npz``.
+    config_text : str, optional
+        Configuration to save as ``config.yaml``.
+    callbacks : iterable of Callback
+        Extra Lightning callbacks.
+
+    Returns
+    -------
+    run : DetectorRun
+
+    Raises
+    ------
+    ValueError
+        Bad options, or a resume checkpoint whose concept names differ from the data's (the
+        difference is listed).
+    FileNotFoundError
+        A named checkpoint or requested pretrained weights are absent.
+    SystemExit
+        The process received SIGTERM during training (a non-zero exit with a message, not
+        Lightning's silent exit status 0).
+    FloatingPointError
+        The training loss became NaN or infinite.
+    """
+    if monitor not in MONITORS:
+        raise ValueError(f"monitor must be one of {sorted(MONITORS)}, got {monitor!r}")
+    if pos_weight not in ("none", "imbalance"):
+        raise ValueError(f"pos_weight must be 'none' or 'imbalance', got {pos_weight!r}")
+    run_dir = Path(run_dir)
+    det_dir = run_dir / "detector"
+    ckpt_dir = det_dir / "checkpoints"
+    det_dir.mkdir(parents=True, exist_ok=True)
+    seed_everything(seed, workers=True, verbose=False)
+
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    loaders = _export_loaders(datamodule, export_splits)
+    model_kwargs = dict(model or {})
+    if pos_weight == "imbalance":
+        train_labels = datamodule.eval_dataloader("train").dataset.concept_labels
+        model_kwargs["pos_weight"] = imbalance_pos_weight(train_labels).tolist()
+    detector = ConceptDetector(
+        concept_names=list(datamodule.concept_names),
+        input_kind=datamodule.input_kind,
+        feature_dim=datamodule.n_features,
+        **model_kwargs,
+    )
+    resume = _resolve_ckpt_path(ckpt_path, ckpt_dir)
+    if resume is not None:
+        check_concept_names(datamodule.concept_names, checkpoint_concept_names(resume),
+                            source="the data module", reference=f"checkpoint {resume}")
+
+    metric, mode = MONITORS[monitor]
+    # Lightning 2.6 writes save_last's last.ckpt only when a top-k checkpoint is saved at the same
+    # step, so "last" gets its own unmonitored callback (overwritten after every validation).
+    ckpt_cb = ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor=metric, mode=mode,
+                              save_top_k=1, enable_version_counter=False,
+                              auto_insert_metric_name=False)
+    last_cb = ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
+                              enable_version_counter=False)
+    trainer_kwargs = {"accelerator": "auto", **dict(trainer or {})}
+    trainer_kwargs["precision"] = _resolve_precision(trainer_kwargs)
+    pl_trainer = Trainer(
+        **trainer_kwargs,
+        default_root_dir=str(det_dir),
+        logger=_build_loggers(logger, det_dir, run_dir.name),
+        callbacks=[ckpt_cb, last_cb, ReseedEachEpoch(seed), LearningRateMonitor("step"), *callbacks],
+    )
+    if pl_trainer.is_global_zero:
+        if config_text is not None:
+            atomic_write_text(run_dir / "config.yaml", config_text)
+        env = environment_info(pl_trainer, seed)
+        env["resumed_from"] = str(resume) if resume is not None else None
+        atomic_write_text(run_dir / "environment.json", json.dumps(env, indent=2) + "\n")
+
+    start = time.perf_counter()
+    try:
+        pl_trainer.fit(detector, datamodule=datamodule, ckpt_path=str(resume) if resume else None)
+    except SIGTERMException as err:  # Lightning's is a SystemExit with code None: exit status 0
+        raise SystemExit(f"training interrupted by SIGTERM in epoch {pl_trainer.current_epoch}; "
+                         f"checkpoints of finished epochs are in {ckpt_dir}") from err
+    fit_seconds = time.perf_counter() - start
+    best = Path(ckpt_cb.best_model_path) if ckpt_cb.best_model_path else None
+    last = Path(last_cb.best_model_path) if last_cb.best_model_path else None
+    run = DetectorRun(run_dir=run_dir, best_checkpoint=best, last_checkpoint=last,
+                      epochs=pl_trainer.current_epoch, global_step=pl_trainer.global_step,
+                      fit_seconds=fit_seconds)
+    if not pl_trainer.is_global_zero:
+        return run
+
+    # Export on one device: every rank of a DDP job has finished fitting here.
+    export_model = ConceptDetector.from_checkpoint(best) if best is not None else detector
+    predictor = Trainer(accelerator=trainer_kwargs["accelerator"], devices=1,
+                        precision=trainer_kwargs["precision"], logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    for split, loader in loaders.items():
+        probs = torch.cat(predictor.predict(export_model, dataloaders=loader)).float().cpu().numpy()
+        ds = loader.dataset
+        path = run_dir / "concepts" / f"{split}.npz"
+        table = save_concept_table(
+            path, probs=probs, concept_labels=ds.concept_labels, y=ds.targets,
+            concept_names=export_model.concept_names, class_names=datamodule.class_names,
+            sample_ids=ds.sample_ids, split=split,
+        )
+        run.tables[split] = path
+        metrics = concept_metrics(table.probs, table.concept_labels)
+        run.metrics[split] = {**metrics, "n": table.n_samples}
+    summary = {
+        "best_checkpoint": str(best) if best else None,
+        "monitor": metric,
+        "epochs": run.epochs,
+        "global_step": run.global_step,
+        "fit_seconds": round(fit_seconds, 2),
+        "splits": {split: {k: None if v != v else v for k, v in m.items()}  # NaN -> null
+                   for split, m in run.metrics.items()},
+    }
+    atomic_write_text(det_dir / "metrics.json", json.dumps(summary, indent=2) + "\n")
+    return run

@@ -1,0 +1,287 @@
+"""The ``fit-head`` job: per-concept calibration and every head on raw and calibrated concepts.
+
+``fit-head --run runs/<name>`` (or ``--concepts <dir> --out <dir>`` for tables made elsewhere)
+
+1. reads ``concepts/{train,val,test}.npz`` (:func:`cbm.data.concept_tables.load_concept_tables`: NaN or
+   out-of-[0, 1] probabilities raise an error naming split, row and concept; concept or class
+   names that differ between the tables raise);
+2. fits a :class:`cbm.concepts.calibration.ConceptCalibrator` on **val** and writes ``calibration.json``;
+3. fits every requested head (:mod:`cbm.heads`) on **train** twice, on raw and on calibrated concept
+   probabilities, and evaluates it on **test** (:func:`evaluate_head`);
+4. writes ``head/<name>/{raw,calibrated}/`` (``head.json`` with, for FERL heads, the novelty
+   threshold accepting 95 % of val (:meth:`cbm.heads.FERLHead.fit_ood_threshold`), ``model.json``,
+   ``model.npz``, ``rules.md`` with concept names), merges a ``fit_head`` entry into
+   ``metrics.json``, and writes ``tables/heads.{md,csv}`` laid out like the paper's Table 4
+   (:mod:`cbm.heads.tables`).
+
+A test split holding classes absent from train is an error, unless the run is open-world (the
+run's ``config.yaml`` sets ``data.fold``, or ``--open-world true``): then those rows are left out
+of the head metrics and counted. Every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import yaml
+from jsonargparse import ActionConfigFile, ArgumentParser
+
+from cbm.concepts.calibration import ConceptCalibrator, concept_ece
+from cbm.data.concept_tables import load_concept_tables
+from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
+from cbm.heads.tables import heads_frame, heads_markdown
+from cbm.runtime import add_threads_argument, set_threads
+from ferl import metrics as M
+from ferl.persist import atomic_write_text
+
+__all__ = ["INPUTS", "evaluate_head", "fit_head", "fit_head_main", "fit_head_parser"]
+
+log = logging.getLogger(__name__)
+
+#: The two concept representations every head is fitted on (Table 4 columns).
+INPUTS = ("raw", "calibrated")
+
+
+def _read_run_config(*folders: Path) -> dict:
+    """The ``data`` section of the first ``config.yaml`` found in ``folders`` ({} if none)."""
+    paths = [f / "config.yaml" for f in folders if (f / "config.yaml").is_file()]
+    if not paths:
+        return {}
+    cfg = yaml.safe_load(paths[0].read_text()) or {}
+    data = cfg.get("data") if isinstance(cfg, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _paper_dataset(dataset: str, data_cfg: dict, n_classes: int) -> str | None:
+    """The paper's Table 4 column to compare with: cub20, cub200, awa2 or None."""
+    if dataset != "auto":
+        return None if dataset == "none" else dataset
+    name = str(data_cfg.get("dataset", ""))
+    if name == "cub":
+        return {20: "cub20", 200: "cub200"}.get(n_classes)
+    return "awa2" if name in ("awa2", "awa_features") else None
+
+
+def _resolve_heads(heads: Sequence[str]) -> list[str]:
+    unknown = [h for h in heads if h not in HEADS]
+    if unknown or not heads:
+        raise ValueError(f"unknown or no heads {unknown}; known heads: {list(HEADS)}")
+    wanted = set(heads)
+    if "lr-restricted" in wanted and "ferl-deep" not in wanted:
+        log.info("lr-restricted takes its concept count from ferl-deep: fitting ferl-deep too")
+        wanted.add("ferl-deep")
+    return [h for h in HEADS if h in wanted]  # registry order: ferl-deep before lr-restricted
+
+
+def _calibration_summary(tables, calibrated) -> dict:
+    out: dict = {"fitted_on": "val"}
+    for split in ("val", "test"):
+        t = tables[split]
+        raw, cal = concept_ece(t.probs, t.concept_labels), concept_ece(calibrated[split], t.concept_labels)
+        out[split] = {"concept_ece_raw_mean": float(raw.mean()),
+                      "concept_ece_calibrated_mean": float(cal.mean()),
+                      "concept_ece_raw": raw.tolist(), "concept_ece_calibrated": cal.tolist()}
+    return out
+
+
+def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
+                  concept_names: Sequence[str] | None = None) -> dict[str, float]:
+    """Test metrics of a fitted head (paper §4.1), computed with :mod:`ferl.metrics`.
+
+    Parameters
+    ----------
+    head : ConceptHead
+    X : ndarray of shape (n, k), float in [0, 1]
+    y : ndarray of shape (n,)
+        True labels, of the same kind as those given to `fit`.
+    concept_names : sequence of str, optional
+        Checked against the head's concepts when given.
+
+    Returns
+    -------
+    dict
+        ``accuracy`` and ``ece`` (fractions), ``aurc`` (0-100, confidence = the largest class
+        probability); for FERL heads also ``coverage``, ``determinacy``, ``mean_set_size``,
+        ``abstention_rate`` (all-class sets) and ``u65`` / ``u80`` of the credal sets.
+
+    Raises
+    ------
+    ValueError
+        A label the head never saw in fit, or bad concept vectors / names.
+    """
+    idx = head.class_index(y)
+    proba = head.predict_proba(X, concept_names)
+    pred = np.argmax(proba, axis=1)
+    out = {
+        "accuracy": M.accuracy(idx, pred),
+        "aurc": M.aurc(idx, pred, proba.max(axis=1)),
+        "ece": M.expected_calibration_error(idx, np.clip(proba, 0.0, 1.0)),
+    }
+    if isinstance(head, FERLHead):
+        sets = head.predict_set(X)
+        out.update(
+            coverage=M.coverage(idx, sets), determinacy=M.determinacy(sets),
+            mean_set_size=M.mean_set_size(sets), abstention_rate=float(sets.all(axis=1).mean()),
+            u65=M.u65(idx, sets), u80=M.u80(idx, sets),
+        )
+    return out
+
+
+def fit_head(
+    concepts: str | os.PathLike,
+    out: str | os.PathLike,
+    heads: Sequence[str] = tuple(HEADS),
+    seed: int = 0,
+    dataset: str = "auto",
+    open_world: bool | None = None,
+) -> dict:
+    """Run the job; see the module docstring.
+
+    Parameters
+    ----------
+    concepts : path-like
+        A ``concepts/`` folder, or a run directory holding one.
+    out : path-like
+        Output folder (the run directory). The first ``config.yaml`` in ``out``, ``concepts`` or
+        its parent, when present, names the dataset and says whether the run is open-world.
+    heads : sequence of str
+        Registry names (:data:`cbm.heads.HEADS`); ``lr-restricted`` brings ``ferl-deep`` along.
+    seed : int
+        Seed of every head (same seed, same result).
+    dataset : {"auto", "cub20", "cub200", "awa2", "none"}
+        Which of the paper's Table 4 values to print beside ours; "auto" reads ``config.yaml``.
+    open_world : bool or None
+        Allow test classes unseen in train (left out of the metrics); None reads ``config.yaml``.
+
+    Returns
+    -------
+    dict
+        The ``fit_head`` entry written to ``metrics.json``.
+
+    Raises
+    ------
+    FileNotFoundError
+        A concept table is missing.
+    ValueError
+        Invalid tables (split, row and concept named), names that differ between tables, test
+        classes unseen in train outside an open-world run, an unknown head.
+    """
+    out = Path(out)
+    if not Path(concepts).is_dir():
+        raise FileNotFoundError(f"{concepts} is not a folder: give a run directory made by train-detector "
+                                "(holding concepts/{train,val,test}.npz) or a concepts/ folder")
+    names = _resolve_heads(list(heads))
+    metrics_path = out / "metrics.json"
+    try:
+        doc = json.loads(metrics_path.read_text()) if metrics_path.is_file() else {}
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{metrics_path} exists but is not valid JSON ({err}); fix or remove it") from err
+    tables = load_concept_tables(concepts)
+    train, test = tables["train"], tables["test"]
+    concept_names, class_names = train.concept_names, np.asarray(train.class_names)
+    data_cfg = _read_run_config(out, Path(concepts), Path(concepts).parent)
+    if open_world is None:
+        open_world = data_cfg.get("fold") is not None
+    seen = np.isin(test.y, np.unique(train.y))
+    if not seen.all():
+        unseen = sorted({str(class_names[c]) for c in test.y[~seen]})
+        if not open_world:
+            raise ValueError(
+                f"the test split has {int((~seen).sum())} rows of {len(unseen)} class(es) never seen in "
+                f"train: {unseen[:20]}; this is only valid for an open-world run (--open-world true)"
+            )
+        log.info("open-world run: %d test rows of unseen classes left out", int((~seen).sum()))
+
+    calibrator = ConceptCalibrator().fit(tables["val"].probs, tables["val"].concept_labels, concept_names)
+    calibrator.save(out / "calibration.json")
+    inputs = {
+        "raw": {s: t.probs for s, t in tables.items()},
+        "calibrated": {s: calibrator.transform(t.probs, t.concept_names) for s, t in tables.items()},
+    }
+    y_train, y_test = class_names[train.y], class_names[test.y[seen]]
+
+    results: dict = {name: {} for name in names}
+    for kind in INPUTS:
+        X_train, X_test = inputs[kind]["train"], inputs[kind]["test"][seen]
+        for name in names:
+            options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
+                       if name == "lr-restricted" else {})
+            start = time.perf_counter()
+            head = make_head(name, seed=seed, **options).fit(X_train, y_train, concept_names)
+            fit_seconds = time.perf_counter() - start
+            if isinstance(head, FERLHead):  # the run's novelty threshold, read by `predict`
+                head.fit_ood_threshold(inputs[kind]["val"])
+            metrics = evaluate_head(head, X_test, y_test, concept_names)
+            folder = head.save(out / "head" / name / kind)
+            atomic_write_text(folder / "rules.md", f"<!-- inputs: {kind} concept probabilities -->\n"
+                              + head.describe())
+            results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
+            log.info("%s (%s): test accuracy %.4f", name, kind, metrics["accuracy"])
+
+    entry = {
+        "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),
+        "paper_dataset": _paper_dataset(dataset, data_cfg, len(class_names)),
+        "open_world": bool(open_world), "n_concepts": len(concept_names), "n_classes": len(class_names),
+        "n_train_classes": len(set(train.y.tolist())),
+        "n": {**{s: t.n_samples for s, t in tables.items()}, "test_unseen_class_rows": int((~seen).sum())},
+        "calibration": {**_calibration_summary(tables, inputs["calibrated"]),
+                        "map_kinds": dict(Counter(calibrator.kinds_))},
+        "heads": results,
+    }
+    doc["fit_head"] = entry
+    atomic_write_text(metrics_path, json.dumps(doc, indent=1) + "\n")
+    atomic_write_text(out / "tables" / "heads.md", heads_markdown(entry))
+    atomic_write_text(out / "tables" / "heads.csv", heads_frame(entry).to_csv(index=False))
+    return entry
+
+
+def fit_head_parser() -> ArgumentParser:
+    """The ``fit-head`` argument parser (jsonargparse; ``--config configs/head/default.yaml``)."""
+    parser = ArgumentParser(prog="fit-head", description=(
+        "Fit per-concept calibration on val and every head on train (raw and calibrated concepts), "
+        "evaluate on test, write models, rules, metrics.json and tables/heads.md."))
+    parser.add_argument("--config", action=ActionConfigFile, help="YAML config file")
+    parser.add_argument("--run", type=str | None, default=None,
+                        help="run directory holding concepts/; outputs are written there")
+    parser.add_argument("--concepts", type=str | None, default=None,
+                        help="concept tables made elsewhere (a concepts/ folder); needs --out")
+    parser.add_argument("--out", type=str | None, default=None, help="output folder (default: --run)")
+    parser.add_argument("--heads", type=list[str] | str, default=list(HEADS),
+                        help=f"heads to fit, a list or comma-separated: {', '.join(HEADS)}")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every head")
+    parser.add_argument("--dataset", type=Literal["auto", "cub20", "cub200", "awa2", "none"], default="auto",
+                        help="paper values to print beside ours ('auto': from the run's config.yaml)")
+    parser.add_argument("--open-world", type=bool | None, default=None,
+                        help="allow test classes unseen in train (default: the run config's data.fold)")
+    add_threads_argument(parser)
+    return parser
+
+
+def fit_head_main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``fit-head``; prints the Table-4-style table.
+
+    Bad input ends the program with ``fit-head: error: <message>`` (exit status 1).
+    """
+    cfg = fit_head_parser().parse_args(argv)
+    heads = cfg.heads.split(",") if isinstance(cfg.heads, str) else list(cfg.heads)
+    if (cfg.run is None) == (cfg.concepts is None):
+        raise SystemExit("fit-head: error: give exactly one of --run <dir> or --concepts <dir>")
+    if cfg.concepts is not None and cfg.out is None:
+        raise SystemExit("fit-head: error: --concepts needs --out <dir>")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        set_threads(cfg.threads)
+        fit_head(cfg.run or cfg.concepts, cfg.out or cfg.run, heads=[h.strip() for h in heads],
+                 seed=cfg.seed, dataset=cfg.dataset, open_world=cfg.open_world)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"fit-head: error: {err}") from err
+    out = Path(cfg.out or cfg.run)
+    print((out / "tables" / "heads.md").read_text())

@@ -1,0 +1,249 @@
+"""The heads of the registry: FERL (compact / medium / deep), CART, LR and concept-restricted LR.
+
+FERL heads save in FERL's own format (``model.json`` + ``model.npz``), LR heads their public
+coefficients (``coef_``, ``intercept_``), and CART heads a `skops.io` file (``model.skops``) loaded
+with an explicit list of trusted types; none uses pickle, and predictions after
+`cbm.heads.load_head` equal the saved head's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import skops.io as sio
+from sklearn.linear_model import LogisticRegression
+from sklearn.tree import DecisionTreeClassifier, export_text
+
+from cbm.heads.base import ConceptHead, classes_from, classes_meta
+from ferl import FERLClassifier
+from ferl.metrics import fit_acceptance_threshold
+from ferl.persist import atomic_write_bytes, read_model, write_model
+
+__all__ = ["CARTHead", "FERLHead", "LRHead", "RestrictedLRHead"]
+
+#: File of a CART head's estimator (`skops.io` format).
+CART_FILE = "model.skops"
+
+
+class FERLHead(ConceptHead):
+    """FERL rule tree head; ``variant`` is ``"compact"``, ``"medium"`` or ``"deep"``.
+
+    ``ood_threshold_`` (None until `fit_ood_threshold`, saved in ``head.json``) is the run's novelty
+    threshold: ``{"kind", "accept", "value", "fitted_on", "n"}``; an input whose OOD score of that
+    kind exceeds ``value`` is flagged as novel (``predict`` reads it).
+    """
+
+    kind = "ferl"
+
+    def __init__(self, name: str, seed: int = 0, variant: str = "deep") -> None:
+        super().__init__(name, seed)
+        self.variant = variant
+        self.ood_threshold_: dict | None = None
+
+    def _fit(self, X, y):
+        self.model_ = FERLClassifier(variant=self.variant, random_state=self.seed)
+        self.model_.fit(X, y, feature_names=self.concept_names_)
+
+    def predict_set(self, X: np.ndarray, concept_names: Sequence[str] | None = None) -> np.ndarray:
+        """Interval-dominance credal sets, bool ndarray of shape (n, C); all True = abstention."""
+        return self.model_.predict_set(self._check_X(X, concept_names))
+
+    def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "combined",
+                          fitted_on: str = "val") -> dict:
+        """Fit the novelty threshold that accepts ``accept`` of the in-distribution inputs ``X``.
+
+        The open-world protocol's rule (:func:`ferl.metrics.fit_acceptance_threshold`, paper Table 3
+        "Reject" column): the ``ceil(accept * n)``-th smallest OOD score of ``X`` (n, k), so "score <=
+        value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 % with
+        the ``combined`` score, the score `ferl.FERLClassifier.explain` reports. Chosen by measurement
+        (``python scripts/bench_ood_kinds.py runs/demo``, the demo's ferl-deep on calibrated concepts,
+        6 held-out classes against the test images): AUROC combined 84.6 %, residual 84.6, ignorance
+        50.3, firing 50.0; at 95 % of val accepted, combined flags 58.1 % of the held-out images and
+        5.0 % of the test images (raw concepts: 76.1 / 76.0 / 61.4 / 52.5 %).
+
+        Returns
+        -------
+        dict
+            The new ``ood_threshold_``.
+
+        Raises
+        ------
+        ValueError
+            Bad concept vectors, an unknown ``kind``, ``accept`` outside (0, 1].
+        """
+        scores = self.model_.ood_score(self._check_X(X), kind)
+        self.ood_threshold_ = {"kind": kind, "accept": float(accept),
+                               "value": fit_acceptance_threshold(scores, accept), "fitted_on": fitted_on,
+                               "n": int(scores.size)}
+        return self.ood_threshold_
+
+    def size(self):
+        return {"rules": int(self.model_.n_rules_), "nonzero_weights": None,
+                "concepts_used": int(self.concepts_used().size)}
+
+    def describe(self):
+        return (f"# {self.name}: {self.model_.n_rules_} rules over {self.concepts_used().size} concepts\n\n"
+                "```\n" + self.model_.export_text() + "\n```\n")
+
+    def _save_model(self, path):
+        self.model_.save(path)
+        return {"variant": self.variant, "ood_threshold": self.ood_threshold_}
+
+    def _load_model(self, path, doc):
+        self.variant = doc["variant"]
+        self.ood_threshold_ = doc.get("ood_threshold")  # absent in heads saved before it existed
+        self.model_ = FERLClassifier.load(path)
+
+
+class CARTHead(ConceptHead):
+    """CART (scikit-learn ``DecisionTreeClassifier`` with its defaults, seeded).
+
+    Saved as a `skops.io` file; loading trusts only the types `skops.io` trusts by default plus the
+    class of the public ``tree_`` attribute of a fitted ``DecisionTreeClassifier`` (any other type
+    in the file raises ValueError).
+    """
+
+    kind = "cart"
+
+    def _fit(self, X, y):
+        self.model_ = DecisionTreeClassifier(random_state=self.seed).fit(X, y)
+
+    def size(self):
+        return {"rules": int(self.model_.get_n_leaves()), "nonzero_weights": None,
+                "concepts_used": int(self.concepts_used().size)}
+
+    def describe(self):
+        text = export_text(self.model_, feature_names=self.concept_names_, class_names=None)
+        return (f"# {self.name}: {self.model_.get_n_leaves()} leaves over {self.concepts_used().size} "
+                f"concepts\n\n```\n{text}```\n")
+
+    def _save_model(self, path):
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path / CART_FILE, sio.dumps(self.model_))
+        return {}
+
+    def _load_model(self, path, doc):
+        file = path / CART_FILE
+        if not file.is_file():
+            if (path / "model.json").is_file():
+                raise ValueError(
+                    f"{path}: this CART head was saved by an earlier ferl-cbm in a format that relied on "
+                    f"scikit-learn's private tree state and can no longer be loaded; refit it with "
+                    f"`fit-head --run <run-dir> --heads cart`")
+            raise FileNotFoundError(f"{file} not found (the CART head's model file)")
+        data = file.read_bytes()
+        trusted = _trusted_cart_types()
+        try:
+            found = sio.get_untrusted_types(data=data)
+        except Exception as err:  # skops raises several kinds for a corrupted file
+            raise ValueError(f"{file} is not a readable skops file: {err}") from err
+        unexpected = sorted(set(found) - set(trusted))
+        if unexpected:
+            raise ValueError(f"{file} holds types outside the trusted list {trusted}: {unexpected}")
+        model = sio.loads(data, trusted=trusted)
+        if not isinstance(model, DecisionTreeClassifier):
+            raise ValueError(f"{file} holds a {type(model).__name__}, not a DecisionTreeClassifier")
+        self.model_ = model
+
+
+def _trusted_cart_types() -> list[str]:
+    """Names of the types a CART file may hold beyond skops' defaults: the class of ``tree_``.
+
+    Taken from a fitted two-sample tree rather than written out, so the list follows whatever class
+    scikit-learn documents as the public ``DecisionTreeClassifier.tree_`` attribute.
+    """
+    tree_type = type(DecisionTreeClassifier().fit([[0.0], [1.0]], [0, 1]).tree_)
+    return [f"{tree_type.__module__}.{tree_type.__qualname__}"]
+
+
+class LRHead(ConceptHead):
+    """Multinomial logistic regression over all concepts (``LogisticRegression(max_iter=2000)``)."""
+
+    kind = "lr"
+
+    def _fit(self, X, y):
+        self.model_ = LogisticRegression(max_iter=2000).fit(X, y)
+
+    def _weights(self) -> np.ndarray:
+        """Coefficients over all k concepts, shape (n_rows, k) (1 row for two classes)."""
+        return self.model_.coef_
+
+    def concepts_used(self):
+        return np.flatnonzero(np.any(self._weights() != 0, axis=0))
+
+    def size(self):
+        return {"rules": None, "nonzero_weights": int(np.count_nonzero(self.model_.coef_)),
+                "concepts_used": int(self.concepts_used().size)}
+
+    def describe(self, top: int = 10) -> str:
+        W = self._weights()
+        lines = [f"# {self.name}: {np.count_nonzero(self.model_.coef_)} non-zero weights over "
+                 f"{self.concepts_used().size} concepts", "",
+                 f"Largest {top} weights (by |w|) per class:", ""]
+        rows = self.classes_ if W.shape[0] > 1 else self.classes_[1:]
+        for c, w in zip(rows, W, strict=True):
+            order = np.argsort(-np.abs(w), kind="stable")[:top]
+            lines.append(f"- **{c}**: " + ", ".join(f"{self.concept_names_[j]} {w[j]:+.2f}" for j in order))
+        return "\n".join(lines) + "\n"
+
+    def _save_model(self, path):
+        est = self.model_
+        meta = {"estimator": "LogisticRegression", "params": est.get_params(),
+                "n_features": int(est.n_features_in_), **classes_meta(est.classes_)}
+        write_model(path, meta, {"coef": est.coef_, "intercept": est.intercept_, "n_iter": est.n_iter_})
+        return {}
+
+    def _load_model(self, path, doc):
+        meta, arrays = read_model(path)
+        est = LogisticRegression(**meta["params"])
+        est.coef_, est.intercept_, est.n_iter_ = arrays["coef"], arrays["intercept"], arrays["n_iter"]
+        est.classes_, est.n_features_in_ = classes_from(meta), meta["n_features"]
+        self.model_ = est
+
+
+class RestrictedLRHead(LRHead):
+    """LR refitted on the ``n_concepts`` concepts with the largest full-LR weight magnitude.
+
+    The rank of concept j is ``std(x_j) * ||W[:, j]||_2`` with W the full LR's coefficients on the
+    same training rows (ties broken by the lower index). ``n_concepts`` is set by the caller,
+    e.g. to the FERL-deep tree's ``size()["concepts_used"]`` (paper Table 4); it is capped at k.
+    """
+
+    kind = "lr-restricted"
+
+    def __init__(self, name: str, seed: int = 0, n_concepts: int | None = None) -> None:
+        super().__init__(name, seed)
+        self.n_concepts = n_concepts
+
+    def _fit(self, X, y):
+        if self.n_concepts is None or self.n_concepts < 1:
+            raise ValueError(f"head {self.name!r} needs n_concepts >= 1 (the FERL-deep concept count), "
+                             f"got {self.n_concepts}")
+        full = LogisticRegression(max_iter=2000).fit(X, y)
+        score = X.std(axis=0) * np.linalg.norm(full.coef_, axis=0)
+        keep = min(int(self.n_concepts), X.shape[1])
+        self.selected_ = np.sort(np.argsort(-score, kind="stable")[:keep])
+        self.model_ = LogisticRegression(max_iter=2000).fit(X[:, self.selected_], y)
+
+    def _model_inputs(self, X):
+        return X[:, self.selected_]
+
+    def _weights(self):
+        W = np.zeros((self.model_.coef_.shape[0], len(self.concept_names_)))
+        W[:, self.selected_] = self.model_.coef_
+        return W
+
+    def describe(self, top: int = 10) -> str:
+        chosen = ", ".join(self.concept_names_[j] for j in self.selected_)
+        return (super().describe(top) + f"\nConcepts kept ({self.selected_.size}, by |full-LR weight| x "
+                f"std): {chosen}\n")
+
+    def _save_model(self, path):
+        super()._save_model(path)
+        return {"n_concepts": self.n_concepts, "selected": self.selected_.tolist()}
+
+    def _load_model(self, path, doc):
+        super()._load_model(path, doc)
+        self.n_concepts = doc["n_concepts"]
+        self.selected_ = np.asarray(doc["selected"], dtype=np.int64)

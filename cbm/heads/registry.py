@@ -1,0 +1,85 @@
+"""The registry of heads by name (paper §5.2, Table 4): `HEADS`, `make_head`, `load_head`.
+
+=================  =====================================================================
+name               model
+=================  =====================================================================
+``ferl-compact``   ``FERLClassifier(variant="compact")``
+``ferl-medium``    ``FERLClassifier(variant="medium")``
+``ferl-deep``      ``FERLClassifier(variant="deep")``
+``cart``           ``DecisionTreeClassifier(random_state=seed)`` (scikit-learn defaults)
+``lr``             ``LogisticRegression(max_iter=2000)`` (L2, C=1, multinomial)
+``lr-restricted``  the same LR refitted on only ``n_concepts`` concepts (the paper's
+                   "concept-restricted LR": as many concepts as the FERL-deep tree uses),
+                   chosen by **weight magnitude** of the full LR: concept j is ranked by
+                   ``std(x_j) * ||W[:, j]||_2`` over the training rows (ties: lower index).
+=================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from cbm.heads.base import HEAD_JSON, SCHEMA_VERSION, ConceptHead
+from cbm.heads.models import CARTHead, FERLHead, LRHead, RestrictedLRHead
+
+__all__ = ["HEADS", "load_head", "make_head"]
+
+
+#: Registry: head name -> factory ``(seed, **options) -> ConceptHead``.
+HEADS: dict[str, Callable[..., ConceptHead]] = {
+    "ferl-compact": lambda seed=0: FERLHead("ferl-compact", seed, "compact"),
+    "ferl-medium": lambda seed=0: FERLHead("ferl-medium", seed, "medium"),
+    "ferl-deep": lambda seed=0: FERLHead("ferl-deep", seed, "deep"),
+    "cart": lambda seed=0: CARTHead("cart", seed),
+    "lr": lambda seed=0: LRHead("lr", seed),
+    "lr-restricted": lambda seed=0, n_concepts=None: RestrictedLRHead("lr-restricted", seed, n_concepts),
+}
+
+
+def make_head(name: str, seed: int = 0, **options) -> ConceptHead:
+    """A new, unfitted head from the registry `HEADS`.
+
+    Raises
+    ------
+    ValueError
+        Unknown name (the known names are listed).
+    """
+    if name not in HEADS:
+        raise ValueError(f"unknown head {name!r}; known heads: {list(HEADS)}")
+    return HEADS[name](seed=seed, **options)
+
+
+def load_head(path: str | os.PathLike) -> ConceptHead:
+    """Load a head saved by `ConceptHead.save`; predictions equal the saved head's.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``head.json`` or the model files are missing.
+    ValueError
+        Another schema version, or a head name / kind that the registry does not know.
+    """
+    path = Path(path)
+    if not (path / HEAD_JSON).is_file():
+        raise FileNotFoundError(f"{path / HEAD_JSON} not found (not a saved head)")
+    try:
+        doc = json.loads((path / HEAD_JSON).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path / HEAD_JSON} is not valid JSON: {err}") from err
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path / HEAD_JSON} does not hold a JSON object (a saved head's description)")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path / HEAD_JSON}: schema version {doc.get('schema_version')!r}, expected "
+                         f"{SCHEMA_VERSION}")
+    missing = [k for k in ("head", "kind", "seed", "concept_names") if k not in doc]
+    if missing:
+        raise ValueError(f"{path / HEAD_JSON} lacks the fields {missing}")
+    head = make_head(doc["head"], doc["seed"])
+    if head.kind != doc["kind"]:
+        raise ValueError(f"{path / HEAD_JSON}: head {doc['head']!r} is not of kind {doc['kind']!r}")
+    head.concept_names_ = list(doc["concept_names"])
+    head._load_model(path, doc)
+    return head

@@ -1,0 +1,101 @@
+"""What an open-world run evaluates (`EvalSettings`) and which fold checkpoints it keeps."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ferl.benchmarks.ood import DETECTORS
+from ferl.novelty import OOD_KINDS
+from ferl.persist import atomic_write_text
+
+__all__ = ["KEEP_CHECKPOINTS", "EvalSettings", "check_keep_checkpoints", "prune_checkpoints"]
+
+#: ``keep_checkpoints`` choices: which detector checkpoints a trained fold keeps.
+KEEP_CHECKPOINTS = ("all", "best", "none")
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What is evaluated on each fold's concept tables.
+
+    Attributes
+    ----------
+    heads : tuple of str
+        FERL heads of :data:`cbm.heads.HEADS` (``ferl-compact`` / ``ferl-medium`` / ``ferl-deep``).
+    ferl_kinds : tuple of str
+        FERL OOD scores (``FERLClassifier.ood_score`` kinds); the first one is the headline
+        score of the examples (``residual``: the paper's "native residual").
+    baselines : tuple of str
+        Keys of :data:`ferl.benchmarks.ood.DETECTORS`.
+    accept : float in (0, 1)
+        Fraction of retained-class val inputs each threshold accepts.
+    top_k : tuple of int
+        Attribute-naming precision@k for these k.
+    examples_per_fold : int
+        Explained held-out images per fold (first seed only).
+    """
+
+    heads: tuple[str, ...] = ("ferl-deep",)
+    ferl_kinds: tuple[str, ...] = ("residual", "combined", "ignorance", "firing")
+    baselines: tuple[str, ...] = ("mahalanobis", "knn", "iforest")
+    accept: float = 0.95
+    top_k: tuple[int, ...] = (1, 3, 5)
+    examples_per_fold: int = 2
+
+    def __post_init__(self) -> None:
+        bad_heads = [h for h in self.heads if not h.startswith("ferl-")]
+        if not self.heads or bad_heads:
+            raise ValueError(f"heads must be FERL heads (ferl-compact/medium/deep) with OOD scores, "
+                             f"got {list(self.heads)}")
+        bad = [k for k in self.ferl_kinds if k not in OOD_KINDS]
+        if not self.ferl_kinds or bad:
+            raise ValueError(f"unknown FERL OOD kinds {bad or 'none'}; choose from {list(OOD_KINDS)}")
+        bad = [b for b in self.baselines if b not in DETECTORS]
+        if bad:
+            raise ValueError(f"unknown baselines {bad}; choose from {list(DETECTORS)}")
+        if not 0.0 < self.accept < 1.0:
+            raise ValueError(f"accept must be in (0, 1), got {self.accept}")
+        if not self.top_k or min(self.top_k) < 1:
+            raise ValueError(f"top_k must be positive integers, got {list(self.top_k)}")
+        if self.examples_per_fold < 0:
+            raise ValueError("examples_per_fold must be >= 0")
+
+    @property
+    def detectors(self) -> list[str]:
+        """Score names: ``"<head>:<kind>"`` for FERL, then the baseline keys."""
+        return [f"{h}:{k}" for h in self.heads for k in self.ferl_kinds] + list(self.baselines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+
+def check_keep_checkpoints(keep: str) -> None:
+    """Raise ValueError unless ``keep`` is one of :data:`KEEP_CHECKPOINTS`."""
+    if keep not in KEEP_CHECKPOINTS:
+        raise ValueError(f"keep_checkpoints must be one of {list(KEEP_CHECKPOINTS)}, got {keep!r}")
+
+
+def prune_checkpoints(fold_dir: Path, keep: str) -> list[str]:
+    """Delete the fold detector's checkpoints that ``keep`` does not name; return what is left.
+
+    Runs after the fold's concept tables are exported: the evaluation (and a later re-evaluation
+    of the fold) reads only those tables, so ``none`` loses nothing the protocol needs. A deleted
+    best checkpoint is marked in ``detector/metrics.json`` (``best_checkpoint: null``).
+    """
+    ckpt_dir = fold_dir / "detector" / "checkpoints"
+    kept = []
+    for ckpt in sorted(ckpt_dir.glob("*.ckpt")):
+        if keep == "all" or (keep == "best" and ckpt.stem == "best"):
+            kept.append(ckpt.name)
+        else:
+            ckpt.unlink()
+    metrics_file = fold_dir / "detector" / "metrics.json"
+    summary = json.loads(metrics_file.read_text()) if metrics_file.is_file() else None
+    best = summary.get("best_checkpoint") if summary else None
+    if best and Path(best).name not in kept:
+        summary["best_checkpoint"] = None
+        atomic_write_text(metrics_file, json.dumps(summary, indent=2) + "\n")
+    return kept

@@ -1,0 +1,255 @@
+"""The run report: ``report.md`` with figures, built from a finished run directory.
+
+:func:`build_report` reads a run written by ``train-detector`` + ``fit-head`` (and, optionally,
+an ``evaluate-openworld`` output folder) and writes, atomically::
+
+    <run>/report.md              concept accuracy, heads (raw vs calibrated), curves, open world,
+                                 three example explanations, the FERL rules and tree
+    <run>/plots/{concept_accuracy,heads,tree}.png
+    <run>/plots/{training_curves,risk_coverage,reliability,confusion}.png   (cbm.report.curves)
+    <run>/examples/<kind>.png    the example's input image (enlarged)
+    <run>/examples/<kind>_evidence.png   image, belief / plausibility / ignorance, attributes
+
+Tables come from :mod:`cbm.heads.tables` (heads, paper Table 4 layout) and the open-world
+report of :mod:`cbm.openworld.report` (embedded); examples are chosen by
+:func:`cbm.report.run.choose_and_explain`. Command line::
+
+    python -m cbm.report runs/<name> [--head ferl-deep] [--inputs calibrated] [--openworld DIR]
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+from jsonargparse import ArgumentParser
+
+from cbm.detector import concept_metrics
+from cbm.heads.tables import HEAD_LABELS, heads_markdown
+from cbm.report.curves import curves_section
+from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
+from cbm.report.plots import (
+    concept_accuracy_figure,
+    evidence_figure,
+    figure_png,
+    heads_figure,
+    image_png,
+    tree_figure,
+)
+from cbm.report.run import RunView, load_run
+from cbm.runtime import add_threads_argument, set_threads
+from ferl.persist import atomic_write_bytes, atomic_write_text
+
+__all__ = ["build_report", "demote_headings", "report_main", "report_parser"]
+
+#: Section titles of the examples, by kind.
+EXAMPLE_TITLES = {
+    "confident": "A confident prediction",
+    "two-class": "A two-class credal set",
+    "novel": "A held-out-class image (an abstention where there is one) and its anomalous attributes",
+}
+
+
+def demote_headings(markdown: str, levels: int = 1) -> str:
+    """Add ``levels`` ``#`` to every Markdown heading (to embed one report in another)."""
+    return re.sub(r"^(#{1,6}) ", lambda m: "#" * (len(m.group(1)) + levels) + " ", markdown, flags=re.M)
+
+
+def _pct(value: float) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.2f}"
+
+
+def _detector_section(run: RunView) -> list[str]:
+    rows = ["| split | n | concept accuracy (%) | concept error (%) | mean concept AUROC (%) |",
+            "|---|---:|---:|---:|---:|"]
+    for split, table in run.tables.items():
+        m = concept_metrics(table.probs, table.concept_labels)
+        rows.append(f"| {split} | {table.n_samples} | {_pct(m['concept_acc'])} | "
+                    f"{_pct(m['concept_error'])} | {_pct(m['auroc'])} |")
+    det = run.detector_metrics
+    trained = (f"Trained {det['epochs']} epoch(s), {det['global_step']} steps in {det['fit_seconds']:.0f} s; "
+               f"tables from the checkpoint with the best `{det['monitor']}`. " if det else "")
+    data = run.config.get("data", {}) if isinstance(run.config.get("data"), dict) else {}
+    model = run.config.get("model", {}) if isinstance(run.config.get("model"), dict) else {}
+    return [
+        "## Concept detector", "",
+        f"Dataset `{data.get('dataset', '?')}`, backbone `{model.get('backbone', '?')}`, "
+        f"{len(run.concept_names)} concepts, {len(run.class_names)} classes "
+        f"({np.unique(run.tables['train'].y).size} in training). {trained}"
+        "Accuracy thresholds the detector's raw probabilities at 0.5; `novel` holds images of classes "
+        "never used in training.", "", *rows, "",
+        "![per-concept accuracy](plots/concept_accuracy.png)", "",
+    ]
+
+
+def _heads_section(run: RunView) -> list[str]:
+    entry = run.metrics.get("fit_head")
+    if not entry:
+        return ["## Heads", "", "No `fit_head` entry in `metrics.json`: run `fit-head --run` first.", ""]
+    body = demote_headings(heads_markdown(entry)).split("\n", 1)[1]  # drop the embedded title
+    return ["## Heads on raw vs calibrated concepts (paper Table 4 layout)", body, "",
+            "![heads](plots/heads.png)", ""]
+
+
+def _openworld_section(run_dir: Path, openworld: Path | None) -> list[str]:
+    report = openworld / "report.md" if openworld is not None else None
+    if report is None or not report.is_file():
+        return ["## Open-world evaluation", "", "Not run for this report (`evaluate-openworld`).", ""]
+    rel = Path(os.path.relpath(openworld, run_dir)).as_posix()
+    text = demote_headings(report.read_text())
+    text = re.sub(r"(!\[[^\]]*\]\()(?!https?://|/)", rf"\g<1>{rel}/", text)  # its figures, from here
+    lines = ["", f"From `{rel}/` (its own report: [{rel}/report.md]({rel}/report.md); the file names below "
+             f"are inside `{rel}/`).", "", *text.split("\n")[1:]]
+    if (openworld / "roc.png").is_file():
+        lines += ["", f"![ROC curves of the open-world run]({rel}/roc.png)", ""]
+    if (openworld / "examples.md").is_file():
+        lines += [f"Held-out-class examples of the open-world run: [{rel}/examples.md]({rel}/examples.md).",
+                  ""]
+    return [text.split("\n", 1)[0], *lines]
+
+
+def _example_section(kind: str, ex: Example | None, main_head: str, written: dict[str, bytes]) -> list[str]:
+    lines = [f"### {EXAMPLE_TITLES[kind]}", ""]
+    if ex is None:
+        what = {"two-class": "No test or held-out image has a credal set of exactly two classes under any "
+                             "FERL head of this run, so there is no such example to show.",
+                "confident": "No test image is correctly predicted with a one-class credal set.",
+                "novel": "No test or held-out image to show."}[kind]
+        return lines + [what, ""]
+    head = HEAD_LABELS.get(ex.head, ex.head)
+    lines += [f"`{ex.sample_id}` from the {ex.pick.split} split, true class **{ex.true_class}**: "
+              f"{ex.pick.reason}, explained by {head}.", ""]
+    if ex.head != main_head:
+        main = HEAD_LABELS.get(main_head, main_head)
+        lines += [f"{main} gives no credal set of exactly two classes on the test or held-out images of this "
+                  f"run, so this example comes from {head}.", ""]
+    if ex.image is not None:
+        written[f"examples/{kind}.png"] = image_png(ex.image)
+        lines += [f"![{ex.sample_id}](examples/{kind}.png)", ""]
+    written[f"examples/{kind}_evidence.png"] = figure_png(
+        evidence_figure(ex.explanation, ex.image, f"{ex.sample_id} (true class {ex.true_class})", ex.truth))
+    lines += [f"![evidence of {ex.sample_id}](examples/{kind}_evidence.png)", "",
+              ex.explanation.to_markdown(), ""]
+    if ex.threshold is not None:
+        decision = "**rejected as novel**" if ex.ood_score > ex.threshold else "accepted"
+        lines += [f"OOD score {ex.ood_score:.3g} vs threshold {ex.threshold:.3g} (accepts 95 % of the val "
+                  f"images): {decision}.", ""]
+    if ex.truth is not None:
+        named = [a.name for a in ex.explanation.anomalous_features]
+        hits = [n for n in named if n in ex.truth]
+        lines += [f"Class {ex.true_class} was never seen in training; its nearest training class is "
+                  f"{', '.join(ex.nearest)}, from which it differs in {', '.join(ex.truth) or 'no concept'}. "
+                  f"Of FERL's top {len(named)} anomalous attributes, {len(hits)} are among these"
+                  + (f" ({', '.join(hits)})." if hits else "."), ""]
+    return lines
+
+
+def build_report(
+    run_dir: str | os.PathLike,
+    *,
+    head: str = "ferl-deep",
+    inputs: str = "calibrated",
+    openworld: str | os.PathLike | None = None,
+    title: str | None = None,
+    commands: Sequence[str] = (),
+    timings: Mapping[str, float] | None = None,
+) -> Path:
+    """Write ``report.md``, its plots and example images into a run directory.
+
+    Parameters
+    ----------
+    run_dir : path-like
+        A run with ``concepts/``, ``calibration.json``, ``head/`` and ``metrics.json``.
+    head : str
+        FERL head whose rules, tree and examples are shown (``ferl-compact|medium|deep``).
+    inputs : {"raw", "calibrated"}
+        Which of the head's two fits to show.
+    openworld : path-like, optional
+        An ``evaluate-openworld`` output folder whose report is embedded.
+    title : str, optional
+        Report title (default: the run folder's name).
+    commands : sequence of str
+        Shell commands that produced the run, listed at the top.
+    timings : mapping of str to float, optional
+        Wall seconds per step, listed at the top.
+
+    Returns
+    -------
+    Path
+        The written ``report.md``.
+
+    Raises
+    ------
+    FileNotFoundError
+        Not a run directory, or the head is missing (run ``fit-head`` first).
+    ValueError
+        ``head`` is not a FERL head, or invalid run files.
+    """
+    run_dir = Path(run_dir)
+    run = load_run(run_dir)
+    model = run.head(head, inputs)
+    examples = choose_and_explain(run, head, inputs)
+    written: dict[str, bytes] = {}
+    lines = [f"# {title or f'Run report: {run_dir.name}'}", "",
+             f"Run directory `{run_dir}`. Examples, rules and tree: {HEAD_LABELS.get(head, head)} on "
+             f"{inputs} concept probabilities.", ""]
+    if commands:
+        lines += ["Produced by:", "", "```", *commands, "```", ""]
+    if timings:
+        lines += ["Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+                  + f" (total {sum(timings.values()):.0f} s).", ""]
+    written["plots/concept_accuracy.png"] = figure_png(concept_accuracy_figure(run.tables))
+    lines += _detector_section(run)
+    if "fit_head" in run.metrics:
+        written["plots/heads.png"] = figure_png(heads_figure(run.metrics["fit_head"]))
+    lines += _heads_section(run)
+    lines += curves_section(run, model, head, inputs, written)
+    lines += _openworld_section(run_dir, None if openworld is None else Path(openworld))
+    lines += ["## Example explanations", "",
+              "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
+              "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "
+              "plausibility reaches the largest belief (interval dominance); an abstention is a set of every "
+              "class.", ""]
+    for kind in EXAMPLE_KINDS:
+        lines += _example_section(kind, examples[kind], head, written)
+    written["plots/tree.png"] = figure_png(tree_figure(model.model_), dpi=90)
+    lines += [f"## Rules of {HEAD_LABELS.get(head, head)} ({inputs} inputs)", "",
+              f"{model.model_.n_rules_} rules over {model.size()['concepts_used']} concepts "
+              f"(also in [head/{head}/{inputs}/rules.md](head/{head}/{inputs}/rules.md)).", "",
+              "![FERL tree](plots/tree.png)", "", model.model_.export_text(style="markdown"), ""]
+    for rel, data in written.items():
+        atomic_write_bytes(run_dir / rel, data)
+    examples_dir = run_dir / "examples"
+    for stale in examples_dir.glob("*.png"):  # left by an earlier report of this run
+        if f"examples/{stale.name}" not in written:
+            stale.unlink()
+    return atomic_write_text(run_dir / "report.md", "\n".join(lines).rstrip() + "\n")
+
+
+def report_parser() -> ArgumentParser:
+    """The ``python -m cbm.report`` argument parser."""
+    p = ArgumentParser(prog="python -m cbm.report", description="Write report.md for a run directory.")
+    p.add_argument("run_dir", type=str, help="run directory (train-detector + fit-head)")
+    p.add_argument("--head", type=str, default="ferl-deep", help="FERL head of the examples and rules")
+    p.add_argument("--inputs", type=str, default="calibrated", help="raw | calibrated")
+    p.add_argument("--openworld", type=str | None, default=None, help="evaluate-openworld output to embed")
+    p.add_argument("--title", type=str | None, default=None, help="report title")
+    add_threads_argument(p)
+    return p
+
+
+def report_main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of ``python -m cbm.report``; bad input ends with ``error: <message>`` (status 1)."""
+    cfg = report_parser().parse_args(argv)
+    try:
+        set_threads(cfg.threads)
+        path = build_report(cfg.run_dir, head=cfg.head, inputs=cfg.inputs, openworld=cfg.openworld,
+                            title=cfg.title)
+    except (FileNotFoundError, ValueError) as err:
+        raise SystemExit(f"report: error: {err}") from err
+    print(f"report: {path}")
+

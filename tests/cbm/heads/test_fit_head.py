@@ -1,0 +1,180 @@
+"""The fit-head job end to end on tiny synthetic concept tables, and its bad-input errors."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cbm.concepts.calibration import ConceptCalibrator, concept_ece
+from cbm.data.concept_tables import load_concept_table, save_concept_table
+from cbm.heads import load_head
+from cbm.heads.fit import evaluate_head, fit_head, fit_head_main, fit_head_parser
+
+K = 8
+CONCEPTS = [f"has_part::{j}" for j in range(K)]
+SPLITS = {"train": 160, "val": 120, "test": 120}
+
+
+def _write_tables(folder: Path, n_classes: int = 4, seed: int = 0, test_classes: int | None = None,
+                  scale: int = 1) -> Path:
+    """Write concepts/{train,val,test}.npz of an over-confident, biased synthetic detector."""
+    rng = np.random.default_rng(seed)
+    prototypes = rng.random((n_classes, K)) < 0.5
+    bias = rng.normal(0, 1.0, K)
+    classes = [f"class_{c:03d}" for c in range(n_classes)]
+    for split, n in SPLITS.items():
+        n = n * scale
+        y = rng.integers(0, test_classes or n_classes, n) if split == "test" else np.arange(n) % n_classes
+        labels = (prototypes[y] ^ (rng.random((n, K)) < 0.1)).astype(np.uint8)
+        logits = 4.0 * (2.0 * labels - 1) + bias + rng.normal(0, 2.5, (n, K))
+        probs = (1 / (1 + np.exp(-logits))).astype(np.float32)
+        save_concept_table(folder / "concepts" / f"{split}.npz", probs=probs, concept_labels=labels, y=y,
+                           concept_names=CONCEPTS, class_names=classes,
+                           sample_ids=[f"{split}-{i}" for i in range(n)])
+    return folder
+
+
+def _rewrite(path: Path, **changes) -> None:
+    """Rewrite an .npz table with some arrays replaced, bypassing validation."""
+    with np.load(path, allow_pickle=False) as z:
+        data = {k: z[k] for k in z.files}
+    data.update(changes)
+    buf = io.BytesIO()
+    np.savez(buf, **data)
+    path.write_bytes(buf.getvalue())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    run = _write_tables(tmp_path_factory.mktemp("run"))
+    (run / "metrics.json").write_text(json.dumps({"detector": {"concept_acc": 0.9}}))
+    fit_head_main(["--run", str(run), "--heads", "ferl-compact,ferl-deep,cart,lr,lr-restricted"])
+    return run
+
+
+def test_files_of_a_run(run):
+    assert (run / "calibration.json").is_file()
+    for name in ("ferl-compact", "ferl-deep", "cart", "lr", "lr-restricted"):
+        for inputs in ("raw", "calibrated"):
+            folder = run / "head" / name / inputs
+            model = {"model.skops"} if name == "cart" else {"model.json", "model.npz"}
+            assert {p.name for p in folder.iterdir()} == {"head.json", "rules.md", *model}
+    rules = (run / "head" / "ferl-deep" / "calibrated" / "rules.md").read_text()
+    assert "rules over" in rules and "has_part::" in rules
+    assert not list(run.rglob("*.tmp"))
+    doc = json.loads((run / "metrics.json").read_text())
+    assert doc["detector"] == {"concept_acc": 0.9}  # other entries are kept
+    entry = doc["fit_head"]
+    assert entry["n"] == {"train": 160, "val": 120, "test": 120, "test_unseen_class_rows": 0}
+    assert set(entry["heads"]["ferl-deep"]["raw"]) >= {"accuracy", "aurc", "ece", "coverage", "mean_set_size",
+                                                       "abstention_rate", "u65", "u80", "size"}
+    assert "coverage" not in entry["heads"]["lr"]["calibrated"]
+    table = (run / "tables" / "heads.md").read_text()
+    for row in ("FERL-compact", "FERL-deep", "CART", "| LR |", "Concept-restricted LR", "FERL credal sets"):
+        assert row in table
+    assert "Paper" not in table  # a synthetic run has no paper values
+    csv = pd.read_csv(run / "tables" / "heads.csv")
+    assert len(csv) == 10 and set(csv["inputs"]) == {"raw", "calibrated"}
+
+
+def test_calibrated_concepts_have_lower_ece_on_val(run):
+    val = load_concept_table(run / "concepts" / "val.npz")
+    calibrator = ConceptCalibrator.load(run / "calibration.json")
+    raw = concept_ece(val.probs, val.concept_labels)
+    calibrated = concept_ece(calibrator.transform(val.probs, val.concept_names), val.concept_labels)
+    assert np.all(calibrated <= raw + 1e-12) and calibrated.mean() < raw.mean() - 0.05
+    summary = json.loads((run / "metrics.json").read_text())["fit_head"]["calibration"]["val"]
+    assert summary["concept_ece_calibrated_mean"] == pytest.approx(calibrated.mean())
+
+
+def test_saved_heads_reproduce_the_metrics(run):
+    test = load_concept_table(run / "concepts" / "test.npz")
+    calibrator = ConceptCalibrator.load(run / "calibration.json")
+    entry = json.loads((run / "metrics.json").read_text())["fit_head"]
+    y = np.asarray(test.class_names)[test.y]
+    for name in ("ferl-deep", "lr-restricted"):
+        for inputs, X in (("raw", test.probs), ("calibrated", calibrator.transform(test.probs))):
+            head = load_head(run / "head" / name / inputs)
+            assert evaluate_head(head, X, y, test.concept_names)["accuracy"] == pytest.approx(
+                entry["heads"][name][inputs]["accuracy"])
+    for inputs in ("raw", "calibrated"):
+        deep = entry["heads"]["ferl-deep"][inputs]["size"]["concepts_used"]
+        assert entry["heads"]["lr-restricted"][inputs]["size"]["concepts_used"] == deep
+
+
+def test_same_seed_same_results_and_paper_values(tmp_path):
+    src = _write_tables(tmp_path / "src", n_classes=20, scale=2)
+    (src / "config.yaml").write_text("data:\n  dataset: cub\n  fold: null\n")
+    entries = [fit_head(src / "concepts", tmp_path / f"out{i}", heads=["lr-restricted"], seed=1)
+               for i in range(2)]
+    for e in entries:
+        for by_input in e["heads"].values():
+            for m in by_input.values():
+                m.pop("fit_seconds")
+    assert entries[0] == entries[1] and list(entries[0]["heads"]) == ["ferl-deep", "lr-restricted"]
+    assert entries[0]["paper_dataset"] == "cub20" and entries[0]["run_dataset"] == "cub"
+    table = (tmp_path / "out0" / "tables" / "heads.md").read_text()
+    assert "Paper raw (CUB-20)" in table and "77.67" in table and "86.28" in table
+
+
+def test_unseen_test_classes_are_an_error_outside_open_world(tmp_path):
+    run = _write_tables(tmp_path / "run")
+    test = load_concept_table(run / "concepts" / "test.npz")
+    y = test.y.copy()
+    y[:7] = 4
+    five = np.array([f"class_{c:03d}" for c in range(5)])
+    _rewrite(run / "concepts" / "test.npz", y=y, class_names=five)
+    for split in ("train", "val"):
+        _rewrite(run / "concepts" / f"{split}.npz", class_names=five)
+    with pytest.raises(ValueError, match=r"7 rows of 1 class\(es\) never seen in train: \['class_004'\]"):
+        fit_head(run, run, heads=["lr"])
+    (run / "config.yaml").write_text("data:\n  dataset: cub\n  fold: 2\n")  # an open-world fold
+    entry = fit_head(run, run, heads=["lr"])
+    assert entry["open_world"] and entry["n"]["test_unseen_class_rows"] == 7
+    heads_md = (run / "tables" / "heads.md").read_text()
+    assert "7 test rows of classes unseen in train" in heads_md
+    n_train = len(set(load_concept_table(run / "concepts" / "train.npz").y.tolist()))
+    assert n_train < 5 and f"{n_train} classes in training, 5 in the data set" in heads_md
+
+
+@pytest.mark.parametrize(("split", "value"), [("val", np.nan), ("test", 1.2), ("train", -0.5)])
+def test_bad_probabilities_name_split_row_and_concept(tmp_path, split, value):
+    run = _write_tables(tmp_path / "run")
+    path = run / "concepts" / f"{split}.npz"
+    probs = load_concept_table(path).probs.copy()
+    probs[3, 2] = value
+    _rewrite(path, probs=probs)
+    with pytest.raises(ValueError, match=rf"'{split}'.*row 3 .*concept 'has_part::2'"):
+        fit_head(run, run, heads=["lr"])
+    assert not (run / "calibration.json").exists()
+
+
+def test_concept_names_differing_between_tables_raise(tmp_path):
+    run = _write_tables(tmp_path / "run")
+    _rewrite(run / "concepts" / "test.npz", concept_names=np.array(CONCEPTS[:-1] + ["has_part::x"]))
+    with pytest.raises(SystemExit, match="has_part::x"):
+        fit_head_main(["--run", str(run), "--heads", "lr"])
+
+
+def test_cli_argument_errors(tmp_path):
+    with pytest.raises(SystemExit, match="exactly one of --run"):
+        fit_head_main([])
+    with pytest.raises(SystemExit, match="--concepts needs --out"):
+        fit_head_main(["--concepts", str(tmp_path)])
+    with pytest.raises(SystemExit, match="known heads"):
+        fit_head_main(["--run", str(_write_tables(tmp_path / "run")), "--heads", "ferl-huge"])
+    with pytest.raises(SystemExit, match="nowhere is not a folder"):
+        fit_head_main(["--run", str(tmp_path / "nowhere")])
+
+
+def test_default_config_parses():
+    config = Path(__file__).resolve().parents[3] / "configs" / "head" / "default.yaml"
+    cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r", "--heads", "lr,cart"])
+    assert cfg.heads == "lr,cart" and cfg.seed == 0 and cfg.dataset == "auto" and cfg.open_world is None
+    cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r"])
+    assert cfg.heads == ["ferl-compact", "ferl-medium", "ferl-deep", "cart", "lr", "lr-restricted"]

@@ -1,0 +1,175 @@
+"""Concept heads: registry, sizes, unseen classes, concept names, evaluation, save/load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import skops.io
+from sklearn.preprocessing import FunctionTransformer
+
+from cbm.heads import HEADS, FERLHead, load_head, make_head
+from cbm.heads.fit import evaluate_head
+
+K = 10
+NAMES = [f"concept_{j}" for j in range(K)]
+CLASSES = np.array(["albatross", "bunting", "cardinal", "dove"])
+
+
+def _world(seed: int, n: int = 240):
+    """Class-name labels and concept probabilities: concepts 0-3 encode the class, 4-9 are noise."""
+    rng = np.random.default_rng(seed)
+    y_idx = rng.integers(0, len(CLASSES), n)
+    code = np.array([[0, 0, 1, 1], [0, 1, 0, 1], [1, 1, 0, 0], [1, 0, 1, 0]])  # class x concept 0-3
+    labels = np.concatenate([code[y_idx], rng.random((n, K - 4)) < 0.5], axis=1).astype(float)
+    X = np.clip(0.15 + 0.7 * labels + rng.normal(0, 0.15, (n, K)), 0, 1)
+    return X, CLASSES[y_idx]
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    X, y = _world(0)
+    heads = {}
+    for name in HEADS:
+        options = {"n_concepts": 3} if name == "lr-restricted" else {}
+        heads[name] = make_head(name, seed=0, **options).fit(X, y, NAMES)
+    return heads
+
+
+def test_registry_names_and_unknown_head():
+    assert list(HEADS) == ["ferl-compact", "ferl-medium", "ferl-deep", "cart", "lr", "lr-restricted"]
+    with pytest.raises(ValueError, match="known heads: .*ferl-deep"):
+        make_head("ferl-huge")
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_heads_learn_the_concept_code(fitted, name):
+    X, y = _world(1)
+    head = fitted[name]
+    proba = head.predict_proba(X, NAMES)
+    assert proba.shape == (len(y), 4)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-9)
+    assert list(head.classes_) == list(CLASSES)
+    floor = 0.6 if name == "ferl-compact" else 0.85
+    assert np.mean(head.predict(X) == y) > floor
+    metrics = evaluate_head(head, X, y)
+    assert metrics["accuracy"] == pytest.approx(np.mean(head.predict(X) == y))
+    assert 0 <= metrics["aurc"] <= 100 * (1 - metrics["accuracy"]) + 1e-9  # ranking never hurts here
+    assert 0 <= metrics["ece"] <= 1
+
+
+def test_sizes(fitted):
+    ferl = fitted["ferl-deep"]
+    assert ferl.size() == {
+        "rules": ferl.model_.n_rules_,
+        "nonzero_weights": None,
+        "concepts_used": len(set(ferl.model_.tree_.feature[ferl.model_.tree_.feature >= 0])),
+    }
+    assert fitted["cart"].size()["rules"] == fitted["cart"].model_.get_n_leaves()
+    assert fitted["lr"].size() == {"rules": None, "nonzero_weights": 4 * K, "concepts_used": K}
+    assert fitted["lr-restricted"].size() == {"rules": None, "nonzero_weights": 4 * 3, "concepts_used": 3}
+    for name in ("ferl-compact", "ferl-medium", "ferl-deep", "cart"):
+        used = fitted[name].concepts_used()
+        assert set(used) <= set(range(K)) and 1 <= len(used) == fitted[name].size()["concepts_used"]
+
+
+def test_restricted_lr_keeps_the_largest_weight_concepts(fitted):
+    head = fitted["lr-restricted"]
+    assert set(head.selected_) <= {0, 1, 2, 3}  # the four informative concepts outrank the noise
+    assert "Concepts kept (3" in head.describe()
+    X, y = _world(1)
+    assert np.mean(head.predict(X) == y) > 0.85
+
+
+def test_evaluating_on_a_class_never_seen_in_fit_raises(fitted):
+    X, y = _world(2, n=50)
+    y = y.copy()
+    y[[3, 7]] = "eagle"
+    for head in fitted.values():
+        with pytest.raises(ValueError, match=r"2 row\(s\) of class\(es\) it never saw in fit: \['eagle'\]"):
+            evaluate_head(head, X, y)
+
+
+def test_ferl_set_metrics(fitted):
+    X, y = _world(3)
+    m = evaluate_head(fitted["ferl-deep"], X, y)
+    assert {"coverage", "determinacy", "mean_set_size", "abstention_rate", "u65", "u80"} <= set(m)
+    assert m["coverage"] >= m["accuracy"]  # the arg-max class is always in the credal set
+    assert 1 <= m["mean_set_size"] <= 4 and m["u65"] <= m["u80"] <= m["coverage"]
+    assert "coverage" not in evaluate_head(fitted["cart"], X, y)
+
+
+def test_rules_name_the_concepts(fitted):
+    text = fitted["ferl-deep"].describe()
+    assert "rules over" in text and any(n in text for n in NAMES[:4]) and "x0" not in text
+    assert "concept_" in fitted["cart"].describe()
+    assert "**albatross**" in fitted["lr"].describe()
+
+
+def test_other_concept_names_and_bad_vectors_raise(fitted):
+    X, _ = _world(4, n=20)
+    head = fitted["lr"]
+    with pytest.raises(ValueError, match="concept_9"):
+        head.predict_proba(X, NAMES[:-1] + ["concept_x"])
+    with pytest.raises(ValueError, match=r"shape \(n, 10\)"):
+        head.predict(X[:, :5])
+    X[2, 6] = np.nan
+    with pytest.raises(ValueError, match="row 2, concept 'concept_6'"):
+        head.predict(X)
+    with pytest.raises(ValueError, match="n_concepts"):
+        make_head("lr-restricted").fit(*_world(0), NAMES)
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_save_load_round_trip_is_identical(fitted, name, tmp_path):
+    head = fitted[name]
+    path = head.save(tmp_path / name)
+    model = {"model.skops"} if name == "cart" else {"model.json", "model.npz"}
+    assert {p.name for p in path.iterdir()} == {"head.json", *model}
+    loaded = load_head(path)
+    X, y = _world(5)
+    np.testing.assert_array_equal(loaded.predict_proba(X), head.predict_proba(X))
+    np.testing.assert_array_equal(loaded.predict(X), head.predict(X))
+    assert loaded.size() == head.size() and loaded.concept_names_ == NAMES
+    assert loaded.describe() == head.describe()
+    if isinstance(head, FERLHead):
+        np.testing.assert_array_equal(loaded.predict_set(X), head.predict_set(X))
+
+
+def test_same_seed_same_model():
+    X, y = _world(6)
+    a = make_head("ferl-deep", seed=3).fit(X, y, NAMES)
+    b = make_head("ferl-deep", seed=3).fit(X, y, NAMES)
+    np.testing.assert_array_equal(a.predict_proba(X), b.predict_proba(X))
+    assert a.describe() == b.describe()
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{", "not valid JSON"), ("[]", "JSON object"), ('{"schema_version": 1}', "lacks the fields"),
+])
+def test_load_head_rejects_a_corrupted_head_json(tmp_path, text, match):
+    rng = np.random.default_rng(0)
+    X = rng.random((40, 3))
+    y = (X[:, 0] > 0.5).astype(int)
+    make_head("lr").fit(X, y, ["a", "b", "c"]).save(tmp_path)
+    (tmp_path / "head.json").write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_head(tmp_path)
+
+
+def test_cart_head_of_the_old_format_says_how_to_refit(fitted, tmp_path):
+    """Before the skops format, CART heads stored scikit-learn's private tree state in model.npz."""
+    path = fitted["cart"].save(tmp_path / "cart")
+    (path / "model.skops").unlink()
+    (path / "model.json").write_text('{"estimator": "DecisionTreeClassifier"}')
+    with pytest.raises(ValueError, match=r"refit it with `fit-head --run <run-dir> --heads cart`"):
+        load_head(path)
+
+
+def test_cart_file_with_an_untrusted_type_is_refused(fitted, tmp_path):
+    path = fitted["cart"].save(tmp_path / "cart")
+    (path / "model.skops").write_bytes(skops.io.dumps(FunctionTransformer(func=print)))
+    with pytest.raises(ValueError, match="outside the trusted list"):
+        load_head(path)
+    (path / "model.skops").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="not a readable skops file"):
+        load_head(path)
