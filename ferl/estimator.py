@@ -48,8 +48,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
     (``predict_proba``) and the interval-dominance credal set (``predict_set``). The same pass gives
     novelty (section 3.1, appendix A.2, `ferl.novelty`, `ferl.typicality`: ``routing_loss``,
     ``feature_anomaly``, ``ood_score``, ``anomalous_features``), rules and explanations (``rules_``,
-    ``export_text``,
-    ``explain``) and a robustness certificate (appendix A.3, ``robustness_radius``).
+    ``export_text``, ``explain``) and a robustness certificate (appendix A.3, ``robustness_radius``).
 
     Parameters
     ----------

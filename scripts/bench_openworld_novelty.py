@@ -37,14 +37,20 @@ from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED, FERL_OOD_KINDS
 
 
-def _class_profiles(root: Path, n_classes: int) -> np.ndarray | None:
-    """Class concept profiles of the synthetic world (None for another data set)."""
-    folds = json.loads((root / "folds.json").read_text())
-    if folds.get("dataset") != "synthetic":
-        return None
+def _class_profiles(root: Path) -> np.ndarray | None:
+    """Class concept profiles of the synthetic world (None for another data set), rebuilt from
+    the first fold's detector config (``data.dataset_kwargs``)."""
+    import yaml
+
     from cbm.data.synthetic_world import make_world
 
-    return make_world(n_classes=n_classes, n_heldout=0, seed=int(folds.get("seed", 0))).class_concepts
+    config = yaml.safe_load(next(iter(sorted(root.glob("seed*/fold*/config.yaml")))).read_text())
+    if config["data"]["dataset"] != "synthetic":
+        return None
+    kwargs = dict(config["data"].get("dataset_kwargs") or {})
+    world = {k: kwargs[k] for k in ("n_classes", "n_heldout", "seed", "p_variation", "min_distance")
+             if k in kwargs}
+    return make_world(**world).class_concepts
 
 
 def evaluate(fold_dir: Path, seed: int, retained: list[int], profiles, heldout_part: str) -> dict:
@@ -66,7 +72,9 @@ def evaluate(fold_dir: Path, seed: int, retained: list[int], profiles, heldout_p
         row[f"abstain_test_{tag}"] = 100 * sets["test"].all(axis=1).mean()
         row[f"abstain_novel_{tag}"] = 100 * sets[heldout_part].all(axis=1).mean()
         row[f"accuracy_{tag}"] = 100 * np.mean(clf.predict(X["test"]) == tables["test"].y)
-    scores[DISCOUNTED] = {p: clf.ood_score(X[p], "ignorance") for p in parts}
+        if on:
+            scores[DISCOUNTED] = {p: clf.ood_score(X[p], "ignorance") for p in parts}
+    clf.set_params(novelty_discount=False)
     for name, s in scores.items():
         summary = M.ood_summary(s["val"], s["test"], s[heldout_part])
         row[f"auroc_{name}"] = 100 * summary["auroc"]
@@ -88,7 +96,7 @@ def main() -> None:
     if args.quantiles:
         typicality.RELIABILITY_QUANTILES = tuple(float(q) for q in args.quantiles.split(","))
     folds = json.loads((args.root / "folds.json").read_text())
-    profiles = _class_profiles(args.root, int(folds["n_classes"]))
+    profiles = _class_profiles(args.root)
     rows = {}
     for fold_dir in sorted(args.root.glob("seed*/fold*")):
         if not (fold_dir / "concepts" / f"{args.heldout_part}.npz").is_file():
