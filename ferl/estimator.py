@@ -99,9 +99,14 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         source's firing ``phi_o`` becomes ``r_o(x) phi_o`` with ``r_o = 1`` for inputs as typical
         as 90 % of the (cross-fitted) training inputs, so that near-OOD inputs, which still fire
         rules, get ignorance, wider credal sets and abstentions. Read at inference. False keeps
-        the paper's read-out bit for bit. The CBM heads should turn it on: a concept-bottleneck
+        the paper's read-out bit for bit. **The CBM heads should use True**: a concept-bottleneck
         head meets novel classes whose concept vectors stay inside the training ranges, where the
-        gates do not fire and the paper's ignorance is blind (measured in `scripts/bench_novelty.py`).
+        gates do not act and the paper's ignorance is near chance. Measured off -> on: synthetic
+        open world (``scripts/bench_openworld_novelty.py``, seed 0 fold 0, FERL-deep):
+        held-out abstention 18.8 -> 27.1 %, retained-test abstention 3.9 -> 4.7 %, accuracy 83.3
+        both, ignorance AUROC 63.0 -> 69.0; 30 KEEL sets x 5 folds
+        (``scripts/bench_novelty_tabular.py``): accuracy 83.39 -> 83.40, set coverage 92.01 ->
+        92.48, mean set size 1.641 -> 1.680, leave-one-class-out ignorance AUROC 62.0 -> 72.4.
     random_state : int, RandomState instance or None, default=None
         Seeds the bootstrap resamples.
 

@@ -349,7 +349,8 @@ class Novelty:
         if kind == "nll":
             leaf = (self.deviation + self.spread) / self.deviation.shape[1]
             total, residual = leaf.sum(axis=1, keepdims=True), self.residual_share.sum(axis=1, keepdims=True)
-            by_residual = np.divide(self.residual_share, residual, out=np.zeros_like(leaf), where=residual > 0)
+            by_residual = np.divide(self.residual_share, residual, out=np.zeros_like(leaf),
+                                    where=residual > 0)
             scores += np.where(residual > 0, total * by_residual, leaf)
         return scores
 

@@ -236,6 +236,11 @@ def test_feature_scores_are_an_exact_decomposition_of_their_score(seed, variant,
     ranked = clf.anomalous_features(Z, top_k=None)
     np.testing.assert_allclose([sum(a.score for a in row) for row in ranked], clf.ood_score(Z),
                                rtol=1e-10)
+    leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]  # T / d, shared like the residual
+    np.testing.assert_allclose(clf.ood_score(Z), clf.ood_score(Z, "combined") + leaf, rtol=1e-10)
+    extra = nov.feature_scores("nll") - nov.feature_scores("combined")
+    np.testing.assert_allclose(extra, leaf[:, None] * nov.residual_share / nov.residual[:, None],
+                               rtol=1e-8, atol=1e-12)
     with pytest.raises(ValueError, match="feature scores exist"):
         nov.feature_scores("firing")
 
