@@ -7,7 +7,7 @@ from numbers import Integral
 
 import numpy as np
 
-__all__ = ["rescale_weights", "resolve_feature_names", "check_free_variance", "seed_from", "one_sample"]
+__all__ = ["rescale_weights", "resolve_feature_names", "seed_from", "one_sample"]
 
 
 def rescale_weights(sw: np.ndarray) -> tuple[np.ndarray, float]:
@@ -51,26 +51,6 @@ def resolve_feature_names(est, feature_names, n_features: int) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError("feature_names contains duplicates")
     return names
-
-
-def check_free_variance(tree, X: np.ndarray, span: np.ndarray, names: list[str]) -> None:
-    """Refuse a fit whose root free-feature Gaussians overflow or underflow float64.
-
-    Raises
-    ------
-    ValueError
-        Naming the features whose root mean or variance is not finite, or whose variance is 0
-        while the feature is not constant.
-    """
-    root_mean, root_var = tree.free_mean[0], tree.free_var[0]
-    bad = ~np.isfinite(root_mean) | ~np.isfinite(root_var) | ((root_var == 0) & (span > 0))
-    if bad.any():
-        bad_names = [names[j] for j in np.flatnonzero(bad)]
-        raise ValueError(
-            f"the variance of feature(s) {bad_names[:10]} overflows or underflows float64 (values "
-            f"from {np.abs(X).min():.3g} to {np.abs(X).max():.3g} in absolute value); rescale X "
-            f"(e.g. standardise it) before fitting"
-        )
 
 
 def seed_from(random_state) -> int | None:

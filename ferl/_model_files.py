@@ -18,6 +18,7 @@ import numpy as np
 
 from ferl import persist
 from ferl._tree import FuzzyTree
+from ferl.typicality import RIDGE, LeafGaussians
 
 __all__ = ["save_classifier", "load_classifier"]
 
@@ -28,6 +29,7 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     returns ``path``."""
     arrays = {f"tree_{k}": getattr(est.tree_, k) for k in FuzzyTree.SAVED_FIELDS}
     arrays["feature_range"] = est.feature_range_
+    arrays.update(_leaf_arrays(est.leaf_gaussians_))
     if est.rule_alone_ is not None:
         arrays["rule_alone"] = est.rule_alone_
     if est.partitions_ is not None:
@@ -94,6 +96,7 @@ def load_classifier(cls, path: str | os.PathLike):
     for k in FuzzyTree.SAVED_FIELDS:
         setattr(tree, k, arrays[f"tree_{k}"])
     _check_loaded(path, est, tree, meta, arrays)
+    est.leaf_gaussians_ = _load_leaf_gaussians(path, tree, meta["n_features_in"], arrays)
     est.tree_ = tree
     est.n_rules_ = int(tree.is_leaf.sum())
     est.evidence_nodes_ = fitted_nodes
@@ -162,3 +165,48 @@ def _value_problem(est, tree: FuzzyTree, d: int) -> str | None:
             return (f"{name} of node {o}, feature {est.feature_names_[f]!r} is {arr[o, f]} (must be finite"
                     f"{', >= 0' if low == 0 else ''} for a feature off the node's path)")
     return None
+
+
+def _leaf_arrays(model: LeafGaussians) -> dict[str, np.ndarray]:
+    """The leaf Gaussians' saved arrays; covariances as their lower triangles (they are symmetric)."""
+    arrays = {f"leaf_{k}": getattr(model, k) for k in LeafGaussians.SAVED_FIELDS if k != "cov"}
+    rows, cols = np.tril_indices(model.cov.shape[1])
+    arrays["leaf_cov_tril"] = model.cov[:, rows, cols]
+    return arrays
+
+
+def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGaussians:
+    """Rebuild the leaf Gaussians; ValueError for missing arrays or a hand-edited, inconsistent file
+    (shapes, finiteness, the tree's leaves, positive scales and width, covariances symmetric
+    positive definite with eigenvalues of at least ``RIDGE / 2``)."""
+    names = [f"leaf_{k}" for k in LeafGaussians.SAVED_FIELDS if k != "cov"] + ["leaf_cov_tril"]
+    missing = [k for k in names if k not in arrays]
+    if missing:
+        raise ValueError(f"{path} lacks the leaf Gaussian arrays {missing} (a model saved by an older "
+                         f"version); refit and save the model again")
+    fields = {k: arrays[f"leaf_{k}"] for k in LeafGaussians.SAVED_FIELDS if k != "cov"}
+    rows, cols = np.tril_indices(d)
+    leaves = np.flatnonzero(tree.is_leaf)
+    shapes = dict(center=(d,), scale=(d,), leaves=leaves.shape, mean=(leaves.size, d), reliability=(2,),
+                  cov_tril=(leaves.size, rows.size))
+    fields["cov_tril"] = arrays["leaf_cov_tril"]
+    for name, shape in shapes.items():
+        arr = fields[name]
+        if arr.shape != shape or arr.dtype.kind not in "fi" or not np.isfinite(arr).all():
+            _corrupted(path, f"leaf Gaussian array {name!r} has shape {arr.shape} (not {shape}) or is "
+                             f"not finite")
+    if not np.array_equal(fields["leaves"], leaves):
+        _corrupted(path, "the leaf Gaussians do not belong to the tree's leaves")
+    if (fields["scale"] <= 0).any() or fields["reliability"][1] <= 0:
+        _corrupted(path, "a leaf Gaussian scale or reliability width is not positive")
+    cov = np.zeros((leaves.size, d, d))
+    cov[:, rows, cols] = fields.pop("cov_tril")
+    cov[:, cols, rows] = cov[:, rows, cols]
+    if leaves.size and np.linalg.eigvalsh(cov).min() < RIDGE / 2:
+        _corrupted(path, "a leaf covariance is not positive definite")
+    return LeafGaussians(**{k: np.asarray(v, dtype=np.float64) if k != "leaves" else v
+                            for k, v in fields.items()}, cov=cov)
+
+
+def _corrupted(path, problem: str):
+    raise ValueError(f"{path}: corrupted model ({problem}); refit and save the model again")

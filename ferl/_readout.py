@@ -3,20 +3,24 @@
 Rows are processed in chunks of `CHUNK`, so the firings held at any time are bounded whatever the
 number of rows; per chunk the sparse firings (`ferl._firing.sparse_firing`) feed the evidence
 (`ferl.evidence.combine_sparse`) and the novelty scores (`ferl.novelty.analyse`) that the call
-asks for, and the chunks' outputs are concatenated.
+asks for, and the chunks' outputs are concatenated. With the novelty discount the evidence
+combines the firings discounted by each source's reliability (`ferl.evidence.discount`,
+`ferl.typicality.source_reliability`), from the leaf likelihoods of the same pass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from ferl._firing import Firing
 from ferl._tree import FuzzyTree
-from ferl.evidence import Evidence, combine_sparse
+from ferl.evidence import Evidence, combine_sparse, discount
 from ferl.novelty import Novelty, analyse
+from ferl.typicality import LeafGaussians, leaf_terms, source_reliability, standardise
 
-__all__ = ["CHUNK", "Readout", "read_out"]
+__all__ = ["CHUNK", "Readout", "discounted", "read_out"]
 
 #: Rows per firing pass: the sparse firings of a chunk take about 32 bytes per node a row
 #: reaches (a few tens of nodes), i.e. a few MB.
@@ -37,14 +41,50 @@ def _concat(cls, parts):
     return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
 
 
-def read_out(tree: FuzzyTree, X: np.ndarray, gates: bool, margin: np.ndarray, sources: np.ndarray,
-             rule: str, evidence: bool = True, novelty: bool = True) -> Readout:
+def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Firing,
+               leaf_nll: np.ndarray | None = None) -> tuple[Firing, np.ndarray]:
+    """The firings ``fired`` of ``X`` discounted by their sources' reliabilities.
+
+    Parameters
+    ----------
+    tree, leaves : the fitted tree and its leaf Gaussians
+    X : ndarray of shape (n_samples, n_features), float64, finite
+    fired : Firing
+        The sparse firings of ``X``.
+    leaf_nll : ndarray of shape (n_samples, n_leaves) or None
+        The leaf NLLs of ``X`` (`ferl.novelty.Novelty.leaf_nll`) when already computed.
+
+    Returns
+    -------
+    Firing
+        ``fired`` with ``phi`` replaced by ``r_o(x) phi_o(x)``.
+    ndarray of shape (n_samples, n_nodes), float64 in (0, 1]
+        The reliabilities ``r_o(x)`` (`ferl.typicality.source_reliability`).
+    """
+    phi0 = fired.dense(fired.phi0)
+    if leaf_nll is None:
+        U = standardise(X, leaves.center, leaves.scale)
+        leaf_nll = leaf_terms(leaves, U, phi0[:, leaves.leaves])[2]
+    reliability = source_reliability(tree, leaves, phi0, leaf_nll)
+    node = np.repeat(np.arange(tree.n_nodes), fired.count)
+    first = np.repeat(fired.start - (np.cumsum(fired.count) - fired.count), fired.count)
+    at = first + np.arange(node.size)  # entry positions, node by node (gaps between nodes skipped)
+    entry = np.ones_like(fired.phi)
+    entry[at] = reliability[fired.rows[at], node]
+    return replace(fired, phi=discount(fired.phi, entry)), reliability
+
+
+def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool, margin: np.ndarray,
+             sources: np.ndarray, rule: str, evidence: bool = True, novelty: bool = True,
+             novelty_discount: bool = False) -> Readout:
     """Evidence and / or novelty of validated inputs from one firing pass per chunk of rows.
 
     Parameters
     ----------
     tree : FuzzyTree
         A fitted tree (with free-feature Gaussians when ``novelty``).
+    leaves : LeafGaussians
+        Its leaf Gaussians (`ferl.typicality`).
     X : ndarray of shape (n_samples, n_features), float64, finite
     gates : bool
         Apply the bounded-support gates.
@@ -56,6 +96,9 @@ def read_out(tree: FuzzyTree, X: np.ndarray, gates: bool, margin: np.ndarray, so
         Combination rule.
     evidence, novelty : bool
         Outputs to compute.
+    novelty_discount : bool
+        Discount the evidence sources by their reliabilities (`discounted`); False leaves the
+        paper's evidence bit for bit.
 
     Returns
     -------
@@ -65,9 +108,11 @@ def read_out(tree: FuzzyTree, X: np.ndarray, gates: bool, margin: np.ndarray, so
     for start in range(0, X.shape[0], CHUNK):
         rows = X[start:start + CHUNK]
         fired = tree.sparse_firing(rows, gates, margin)
-        if evidence:
-            parts_e.append(combine_sparse(fired, tree.value, sources, rule))
         if novelty:
-            parts_n.append(analyse(tree, rows, fired))
+            parts_n.append(analyse(tree, leaves, rows, fired))
+        if evidence:
+            if novelty_discount:
+                fired = discounted(tree, leaves, rows, fired, parts_n[-1].leaf_nll if novelty else None)[0]
+            parts_e.append(combine_sparse(fired, tree.value, sources, rule))
     return Readout(_concat(Evidence, parts_e) if evidence else None,
                    _concat(Novelty, parts_n) if novelty else None)

@@ -1,11 +1,12 @@
 """Per-sample explanation of a FERL decision, with Markdown and JSON renderings for reports.
 
 An `Explanation` gathers, for one input: the evidence sources that fired (rules, i.e. leaves, and
-with ``evidence_nodes="all"`` also internal nodes) with their firing ``phi_o`` and their masses
-``m_o({c}) = phi_o p_o(c)``, ``m_o(Theta) = 1 - phi_o`` (paper section 3.2); the combined belief,
-plausibility, ignorance, conflict and pignistic probability; the credal set and the abstention
-(eq. 4); the combined OOD score and the anomalous attributes (`ferl.novelty`); and the certified
-robustness radius (`ferl.certificate`).
+with ``evidence_nodes="all"`` also internal nodes) with their firing ``phi_o``, their reliability
+``r_o`` (1 unless the model's ``novelty_discount`` is on, `ferl.evidence.discount`) and their masses
+``m_o({c}) = r_o phi_o p_o(c)``, ``m_o(Theta) = 1 - r_o phi_o`` (paper section 3.2); the combined
+belief, plausibility, ignorance, conflict and pignistic probability; the credal set and the
+abstention (eq. 4); the default OOD score and the anomalous attributes (`ferl.novelty`); and the
+certified robustness radius (`ferl.certificate`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ferl.evidence import combine, discount
 from ferl.novelty import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
@@ -36,10 +38,12 @@ class FiredSource:
         (`ferl.rules.path_conditions`).
     firing : float
         ``phi_o(x)`` in (0, 1], after the gates.
+    reliability : float
+        ``r_o(x)`` in (0, 1]: how typical the input is for the source (1 with the discount off).
     mass : tuple of float
-        ``m_o({c}) = phi_o p_o(c)`` per class (``classes_`` order).
+        ``m_o({c}) = r_o phi_o p_o(c)`` per class (``classes_`` order).
     ignorance : float
-        ``m_o(Theta) = 1 - phi_o``.
+        ``m_o(Theta) = 1 - r_o phi_o``.
     prediction : object
         Class with the largest consequent probability ``p_o``.
     """
@@ -48,6 +52,7 @@ class FiredSource:
     rule_id: int | None
     conditions: tuple
     firing: float
+    reliability: float
     mass: tuple
     ignorance: float
     prediction: object
@@ -74,7 +79,8 @@ class Explanation:
     firing : float
         Total leaf firing (``1 -`` the routing mass lost to the gates).
     ood_score : float
-        Combined OOD score (`ferl.novelty.Novelty.score`), higher = more novel.
+        Default OOD score (``nll``, `ferl.novelty.Novelty.score`), higher = more novel; the
+        attributes' scores below are its parts.
     anomalous_features : tuple of AnomalousFeature
         Most anomalous attributes, highest first.
     robustness_radius : float
@@ -118,6 +124,7 @@ class Explanation:
             "anomalous_features": [a._asdict() for a in self.anomalous_features],
             "sources": [
                 {"node": s.node, "rule_id": s.rule_id, "conditions": list(s.conditions), "firing": s.firing,
+                 "reliability": s.reliability,
                  "mass": [{"class": c, "m": m} for c, m in zip(self.classes, s.mass, strict=True)],
                  "ignorance": s.ignorance, "prediction": s.prediction}
                 for s in self.sources
@@ -150,18 +157,21 @@ class Explanation:
         if not self.sources:
             lines.append("No rule fired: the input lies outside the training support (vacuous mass).")
         else:
-            lines += ["| rule | firing | IF | THEN | masses |", "|---:|---:|---|---|---|"]
+            lines += ["| rule | firing | reliability | IF | THEN | masses |", "|---:|---:|---:|---|---|---|"]
             for s in self.sources:
                 masses = ", ".join(f"{_md(c)}: {m:{f}}" for c, m in zip(self.classes, s.mass, strict=True)
                                    if m > 0)
                 rid = s.rule_id if s.rule_id is not None else f"node {s.node}"
                 premise = " AND ".join(s.conditions) or "TRUE"
-                lines.append(f"| {rid} | {s.firing:{f}} | {_md(premise)} | {_md(s.prediction)} | "
+                lines.append(f"| {rid} | {s.firing:{f}} | {s.reliability:{f}} | {_md(premise)} | "
+                             f"{_md(s.prediction)} | "
                              f"{masses}, Θ: {s.ignorance:{f}} |")
         lines += ["", "**Anomalous attributes**", "",
-                  "| attribute | score | routing loss | free-feature z² |", "|---|---:|---:|---:|"]
+                  "| attribute | score | routing loss | leaf deviation | free-feature z² |",
+                  "|---|---:|---:|---:|---:|"]
         for a in self.anomalous_features:
-            lines.append(f"| {_md(a.name)} | {a.score:{f}} | {a.routing_loss:{f}} | {a.anomaly:{f}} |")
+            lines.append(f"| {_md(a.name)} | {a.score:{f}} | {a.routing_loss:{f}} | {a.deviation:{f}} | "
+                         f"{a.anomaly:{f}} |")
         return "\n".join(lines)
 
 
@@ -169,8 +179,8 @@ def _md(value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def build_explanation(model, phi: np.ndarray, anomalous: list[AnomalousFeature], ood_score: float,
-                      radius: float) -> Explanation:
+def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous: list[AnomalousFeature],
+                      ood_score: float, radius: float) -> Explanation:
     """Assemble the `Explanation` of one validated input.
 
     Parameters
@@ -179,10 +189,12 @@ def build_explanation(model, phi: np.ndarray, anomalous: list[AnomalousFeature],
         The fitted estimator (its tree, classes, feature names and evidence settings).
     phi : ndarray of shape (1, n_nodes)
         Node firings of the input, gates as configured.
+    reliability : ndarray of shape (1, n_nodes)
+        Source reliabilities (all ones with the discount off).
     anomalous : list of AnomalousFeature
         Ranked attributes of the input.
     ood_score : float
-        Combined OOD score of the input.
+        Default OOD score of the input.
     radius : float
         Certified robustness radius of the input.
 
@@ -192,17 +204,18 @@ def build_explanation(model, phi: np.ndarray, anomalous: list[AnomalousFeature],
     """
     tree = model.tree_
     classes = tuple(_plain(c) for c in model.classes_)
-    ev = model._combine(phi)
+    ev = combine(discount(phi, reliability), tree.value, model._sources(), model.combination)
     sources = []
     leaves = np.flatnonzero(tree.is_leaf)
     rule_of = {int(node): k for k, node in enumerate(leaves)}
     fired = np.flatnonzero(model._sources() & (phi[0] > 0))
     for node in fired[np.argsort(-phi[0, fired], kind="stable")]:
-        p = float(phi[0, node])
+        p, r = float(phi[0, node]), float(reliability[0, node])
         sources.append(FiredSource(
             node=int(node), rule_id=rule_of.get(int(node)),
             conditions=tuple(c.text for c in path_conditions(tree, int(node), model.feature_names_)),
-            firing=p, mass=tuple(float(v) for v in p * tree.value[node]), ignorance=1.0 - p,
+            firing=p, reliability=r, mass=tuple(float(v) for v in r * p * tree.value[node]),
+            ignorance=1.0 - r * p,
             prediction=classes[int(np.argmax(tree.value[node]))],
         ))
     in_set = ev.credal_set[0]

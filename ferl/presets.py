@@ -125,6 +125,7 @@ PARAMETER_CONSTRAINTS: dict = {
     ],
     "bounded_support": ["boolean"],
     "support_margin": [Interval(Real, 0, None, closed="neither")],
+    "novelty_discount": ["boolean"],
     "random_state": ["random_state"],
 }
 

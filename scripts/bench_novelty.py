@@ -1,13 +1,14 @@
-"""FERL novelty benchmark: planted near-OOD, geometric OOD (appendix C.2) and leave-one-class-out.
+"""FERL novelty benchmark: planted near-OOD, geometric OOD (appendix C.2), leave-one-class-out and
+the novelty discount of the evidence.
 
 Usage::
 
-    python scripts/bench_novelty.py [--data-root DIR] [--datasets wine,glass,...] [--seeds 0,1,2]
-                                    [--studies planted,geometric,loco]
+    python scripts/bench_novelty.py [--data-root DIR] [--datasets wine,glass,...|multiclass|all]
+                                    [--seeds 0,1,2] [--studies planted,geometric,loco,select,discount,id]
 
 ``--data-root`` defaults to ``$FERL_DATA_ROOT/tabular`` or ``../shared/data/tabular``. Every study fits
 FERL-deep on a stratified 70/30 split, min-max scaled on the training part, and prints one row per
-data set (means over seeds) and a mean row:
+data set (means over seeds) and mean, std, min and max rows over data sets:
 
 * **planted**: every *unsplit*, non-constant feature in turn is shifted by 4 training standard
   deviations on the test inputs; the fraction of test inputs whose top-ranked
@@ -20,7 +21,19 @@ data set (means over seeds) and a mean row:
   the gates on and off, of the ignorance (on / off) and of the combined score (on), the mean leaf
   firing of the OOD inputs (on), and the in-distribution accuracy change gates on - off (points).
 * **loco**: leave-one-class-out on data sets with 3+ classes (at most 4 held-out classes per
-  seed): AUROC of each ``ood_score`` kind.
+  seed): AUROC of each ``ood_score`` kind and of the discounted ignorance (``novelty_discount``).
+
+The last three studies use the tabular benchmark's folds (``ferl.benchmarks.protocol``, seed 0; each
+``--seeds`` value is a fold number) and measure on the fold's **calibration** part, never its test
+part, so that they can choose defaults:
+
+* **select**: leave-one-class-out (at most 4 held-out classes per fold, drawn with the fold number):
+  AUROC of ``nll`` (the default), of its two terms (``leaf``: the leaf Gaussians' ``T / d``;
+  ``residual``), of ``combined`` and of kNN (k = 5) on the same inputs.
+* **discount**: the same held-out classes with ``novelty_discount`` off and on: AUROC of the
+  ignorance and of ``nll``, abstention rates of retained and held-out inputs.
+* **id**: every class retained, discount off and on: accuracy, set coverage, mean set size and
+  abstention rate (0-100 except the set size).
 """
 
 from __future__ import annotations
@@ -33,7 +46,10 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler
 
 from ferl import FERLClassifier
-from ferl.benchmarks.keel import default_data_root, load_keel
+from ferl import metrics as M
+from ferl.benchmarks.keel import default_data_root, list_datasets, load_keel
+from ferl.benchmarks.ood import KNNDetector
+from ferl.benchmarks.protocol import make_splits, scale_fold
 from ferl.metrics import ood_auroc
 from ferl.novelty import OOD_KINDS
 
@@ -115,7 +131,7 @@ def loco(X, y, seed, max_classes=4):
     X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
     held_out = np.random.default_rng(seed).choice(classes, size=min(max_classes, len(classes)),
                                                   replace=False)
-    scores = {kind: [] for kind in OOD_KINDS}
+    scores = {kind: [] for kind in (*OOD_KINDS, "discounted")}
     for held in held_out:
         keep = y_tr != held
         scaler = MinMaxScaler().fit(X_tr[keep])
@@ -123,7 +139,82 @@ def loco(X, y, seed, max_classes=4):
         X_id, X_ood = scaler.transform(X_te[y_te != held]), scaler.transform(X_te[y_te == held])
         for kind in OOD_KINDS:
             scores[kind].append(ood_auroc(clf.ood_score(X_id, kind), clf.ood_score(X_ood, kind)))
+        clf.set_params(novelty_discount=True)
+        scores["discounted"].append(ood_auroc(clf.ood_score(X_id, "ignorance"),
+                                              clf.ood_score(X_ood, "ignorance")))
     return {f"loco_{k}": float(np.mean(v)) for k, v in scores.items()}
+
+
+def _cal_holdouts(X, y, fold, max_classes=4):
+    """The benchmark's fold ``fold`` (seed 0) and the classes held out in turn on it."""
+    y = np.unique(y, return_inverse=True)[1]
+    data = scale_fold(X, y, make_splits(y, 5, 0)[fold], int(y.max()) + 1)
+    n_classes = data.n_classes
+    held = np.random.default_rng(fold).choice(n_classes, min(max_classes, n_classes), replace=False)
+    return data, sorted(held.tolist()) if n_classes >= 3 else []
+
+
+def _retained(data, held):
+    """Retained-class fit part, and retained / held-out calibration inputs (None if one is empty)."""
+    keep = data.y_fit != held
+    X_id, X_ood = data.X_cal[data.y_cal != held], data.X_cal[data.y_cal == held]
+    if not len(X_id) or not len(X_ood):
+        return None
+    return data.X_fit[keep], data.y_fit[keep], X_id, X_ood
+
+
+def select(X, y, fold):
+    data, held_out = _cal_holdouts(X, y, fold)
+    rows = []
+    for held in held_out:
+        part = _retained(data, held)
+        if part is None:
+            continue
+        X_fit, y_fit, X_id, X_ood = part
+        clf = FERLClassifier("deep", random_state=0).fit(X_fit, y_fit)
+        row = {k: ood_auroc(clf.ood_score(X_id, k), clf.ood_score(X_ood, k))
+               for k in ("nll", "combined", "residual")}
+        leaf = [((n := clf._novelty(Z)).deviation + n.spread).sum(axis=1) for Z in (X_id, X_ood)]
+        row["leaf"] = ood_auroc(*leaf)
+        knn = KNNDetector(5).fit(X_fit)
+        row["knn"] = ood_auroc(knn.score(X_id), knn.score(X_ood))
+        rows.append(row)
+    return {f"select_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+
+
+def discount(X, y, fold):
+    data, held_out = _cal_holdouts(X, y, fold)
+    rows = []
+    for held in held_out:
+        part = _retained(data, held)
+        if part is None:
+            continue
+        X_fit, y_fit, X_id, X_ood = part
+        clf = FERLClassifier("deep", random_state=0).fit(X_fit, y_fit)
+        row = {"nll": ood_auroc(clf.ood_score(X_id), clf.ood_score(X_ood))}
+        for tag, on in (("off", False), ("on", True)):
+            clf.set_params(novelty_discount=on)
+            ev_id, ev_ood = clf.evidence(X_id), clf.evidence(X_ood)
+            row[f"ignorance_{tag}"] = ood_auroc(ev_id.ignorance, ev_ood.ignorance)
+            row[f"abstain_id_{tag}"] = 100 * ev_id.abstain.mean()
+            row[f"abstain_ood_{tag}"] = 100 * ev_ood.abstain.mean()
+        rows.append(row)
+    return {f"discount_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+
+
+def indist(X, y, fold):
+    data, _ = _cal_holdouts(X, y, fold)
+    clf = FERLClassifier("deep", random_state=0).fit(data.X_fit, data.y_fit)
+    y_cal = np.searchsorted(clf.classes_, data.y_cal)
+    row = {}
+    for tag, on in (("off", False), ("on", True)):
+        clf.set_params(novelty_discount=on)
+        ev = clf.evidence(data.X_cal)
+        row[f"id_accuracy_{tag}"] = 100 * M.accuracy(y_cal, ev.pignistic.argmax(axis=1))
+        row[f"id_coverage_{tag}"] = 100 * M.coverage(y_cal, ev.credal_set)
+        row[f"id_set_size_{tag}"] = M.mean_set_size(ev.credal_set)
+        row[f"id_abstain_{tag}"] = 100 * ev.abstain.mean()
+    return row
 
 
 def _print_table(title, rows):
@@ -133,14 +224,20 @@ def _print_table(title, rows):
     print("|---|" + "---:|" * len(cols))
     for name, r in rows.items():
         print(f"| {name} | " + " | ".join(_fmt(r.get(c, np.nan)) for c in cols) + " |")
-    means = {c: _nanmean([r.get(c, np.nan) for r in rows.values()]) for c in cols}
-    print("| **mean** | " + " | ".join(_fmt(means[c]) for c in cols) + " |")
+    for label, reduce in (("mean", np.mean), ("std", lambda v: np.std(v, ddof=1)), ("min", np.min),
+                          ("max", np.max)):
+        stats = {c: _reduce(reduce, [r.get(c, np.nan) for r in rows.values()]) for c in cols}
+        print(f"| **{label}** | " + " | ".join(_fmt(stats[c]) for c in cols) + " |")
+
+
+def _reduce(reduce, values) -> float:
+    values = np.asarray(values, dtype=float)
+    values = values[np.isfinite(values)]
+    return float(reduce(values)) if values.size else float("nan")
 
 
 def _nanmean(values) -> float:
-    values = np.asarray(values, dtype=float)
-    values = values[np.isfinite(values)]
-    return float(values.mean()) if values.size else float("nan")
+    return _reduce(np.mean, values)
 
 
 def _fmt(v):
@@ -152,7 +249,8 @@ def main() -> None:
     parser.add_argument("--data-root", default=default_data_root(),
                         help="folder of KEEL .dat files "
                              "(default: $FERL_DATA_ROOT/tabular or ../shared/data/tabular)")
-    parser.add_argument("--datasets", default=",".join(DEFAULT_SETS))
+    parser.add_argument("--datasets", default=",".join(DEFAULT_SETS),
+                        help="comma-separated names, 'multiclass' (3+ classes) or 'all'")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--studies", default="planted,geometric,loco")
     args = parser.parse_args()
@@ -162,10 +260,15 @@ def main() -> None:
     if not root.is_dir():
         raise FileNotFoundError(f"data folder {root} not found; pass --data-root or set FERL_DATA_ROOT")
     seeds = [int(s) for s in args.seeds.split(",")]
-    studies = {"planted": planted, "geometric": geometric, "loco": loco}
+    studies = {"planted": planted, "geometric": geometric, "loco": loco, "select": select,
+               "discount": discount, "id": indist}
+    names = args.datasets.split(",")
+    if args.datasets in ("all", "multiclass"):
+        names = [n for n in list_datasets(root)
+                 if args.datasets == "all" or len(np.unique(load_keel(root / f"{n}.dat").y)) >= 3]
     for study in args.studies.split(","):
         rows = {}
-        for name in args.datasets.split(","):
+        for name in names:
             ds = load_keel(root / f"{name}.dat")  # FileNotFoundError names a missing file
             per_seed = [studies[study](ds.X, ds.y, seed) for seed in seeds]
             keys = sorted({k for r in per_seed for k in r})

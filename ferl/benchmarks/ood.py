@@ -9,7 +9,9 @@ are OOD (the positive class). Scores grow with novelty.
 Dedicated detectors (same scaled features as FERL): class-conditional Mahalanobis distance with a
 shared Ledoit-Wolf covariance (Lee et al. 2018), distance to the k-th nearest training neighbour
 (k = 5, Sun et al. 2022) and Isolation Forest (Liu et al. 2008). FERL's own scores come from
-``FERLClassifier.ood_score(X, kind)``; a model without that method is skipped and reported.
+``FERLClassifier.ood_score(X, kind)`` for every kind of `FERL_OOD_KINDS` (the default ``nll`` first,
+then the paper's kinds), plus ``ignorance-discounted``: the ignorance m(Theta) of the same fitted
+model with ``novelty_discount`` on. A model without ``ood_score`` is skipped and reported.
 """
 
 from __future__ import annotations
@@ -33,8 +35,11 @@ __all__ = [
     "run_leave_one_class_out",
 ]
 
-#: FERL novelty kinds evaluated (``FERLClassifier.ood_score(X, kind=...)``).
-FERL_OOD_KINDS = ("combined", "residual", "ignorance", "firing")
+#: FERL novelty kinds evaluated (``FERLClassifier.ood_score(X, kind=...)``); the discounted
+#: ignorance is added as ``"ignorance-discounted"``.
+FERL_OOD_KINDS = ("nll", "combined", "residual", "ignorance", "firing")
+#: Name of the ignorance with ``novelty_discount`` on.
+DISCOUNTED = "ignorance-discounted"
 
 
 class MahalanobisDetector:
@@ -172,12 +177,26 @@ def run_leave_one_class_out(
             rows.append({"holdout": held, "detector": name, **row})
         for method, estimator in ferl_models.items():
             model = clone(estimator).fit(X_fit, y_fit)
-            for kind in FERL_OOD_KINDS:
+            for kind in (*FERL_OOD_KINDS, DISCOUNTED):
                 try:
-                    s_val, s_id, s_ood = (model.ood_score(X, kind=kind) for X in (X_val, X_id, X_ood))
+                    s_val, s_id, s_ood = (_ferl_score(model, X, kind) for X in (X_val, X_id, X_ood))
                 except AttributeError:
                     skipped.add(f"{method}:{kind}")
                     continue
                 row = M.ood_summary(np.asarray(s_val), np.asarray(s_id), np.asarray(s_ood))
                 rows.append({"holdout": held, "detector": f"{method}:{kind}", **row})
     return rows, skipped
+
+
+def _ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
+    """``model.ood_score(X, kind)``; `DISCOUNTED`: the ignorance with ``novelty_discount`` on."""
+    if kind != DISCOUNTED:
+        return model.ood_score(X, kind=kind)
+    if "novelty_discount" not in model.get_params():
+        raise AttributeError(f"{type(model).__name__} has no novelty_discount")
+    previous = model.novelty_discount
+    model.set_params(novelty_discount=True)  # read at inference: the same fitted model
+    try:
+        return model.ood_score(X, kind="ignorance")
+    finally:
+        model.set_params(novelty_discount=previous)

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from ferl.evidence import combine, interval_dominance
+from ferl.evidence import combine, discount, interval_dominance
 
 N_CLASSES = 3
 
@@ -144,3 +144,64 @@ def test_interval_dominance_function_matches_eq4_by_hand():
 def test_unknown_rule_raises():
     with pytest.raises(ValueError, match="unknown combination rule"):
         combine(np.ones((1, 1)), np.ones((1, 2)) / 2, np.ones(1, dtype=bool), "yager")
+
+
+# ---------------------------------------------------------------------- Shafer's discounting
+reliabilities = arrays(np.float64, (1, 4), elements=st.floats(0.0, 1.0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=probs, phi=firings, r=reliabilities, rule=st.sampled_from(["dempster", "cautious"]))
+def test_discounted_masses_sum_to_one_and_bel_betp_pl_are_ordered(value, phi, r, rule):
+    ev = combine(discount(phi, r), value, np.ones(4, dtype=bool), rule)
+    assert ev.mass.sum() + ev.ignorance.sum() == pytest.approx(1.0)
+    assert (ev.mass >= 0).all() and 0.0 <= ev.ignorance[0] <= 1.0
+    assert (ev.belief <= ev.pignistic + 1e-12).all() and (ev.pignistic <= ev.plausibility + 1e-12).all()
+    assert ev.credal_set.any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(value=probs, phi=firings, r=reliabilities)
+def test_discounting_equals_the_textbook_discount_of_each_node_mass(value, phi, r):
+    """Shafer: m^r(A) = r m(A) for A != Theta, m^r(Theta) = 1 - r + r m(Theta); then Dempster."""
+    frame = frozenset(range(N_CLASSES))
+    masses = []
+    for o in range(4):
+        m = _node_mass(phi[0, o], value[o])
+        disc = {a: r[0, o] * w for a, w in m.items() if a != frame}
+        disc[frame] = 1.0 - r[0, o] + r[0, o] * m.get(frame, 0.0)
+        masses.append(disc)
+    naive = _naive_dempster(masses)
+    ev = combine(discount(phi, r), value, np.ones(4, dtype=bool))
+    for c in range(N_CLASSES):
+        assert ev.mass[0, c] == pytest.approx(naive.get(frozenset([c]), 0.0), abs=1e-10)
+    assert ev.ignorance[0] == pytest.approx(naive.get(frame, 0.0), abs=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(value=probs, phi=firings)
+def test_zero_reliability_is_vacuous_and_full_reliability_changes_nothing(value, phi):
+    sources = np.ones(4, dtype=bool)
+    vacuous = combine(discount(phi, np.zeros_like(phi)), value, sources)
+    assert vacuous.ignorance[0] == 1.0 and vacuous.abstain[0]
+    np.testing.assert_array_equal(vacuous.mass, 0.0)
+    same = combine(discount(phi, np.ones_like(phi)), value, sources)
+    base = combine(phi, value, sources)
+    np.testing.assert_array_equal(same.mass, base.mass)
+    np.testing.assert_array_equal(same.ignorance, base.ignorance)
+
+
+def test_one_discounted_source_moves_its_committed_mass_to_theta():
+    value = np.array([[0.0, 1.0, 0.0]])
+    ev = combine(discount(np.array([[1.0]]), np.array([[0.25]])), value, np.array([True]))
+    np.testing.assert_allclose(ev.mass, [[0.0, 0.25, 0.0]])
+    assert ev.ignorance[0] == pytest.approx(0.75)
+    assert ev.abstain[0]  # Pl of every class (>= 0.75) reaches max Bel (0.25)
+
+
+def test_discount_rejects_bad_reliabilities():
+    with pytest.raises(ValueError, match="does not match"):
+        discount(np.ones((2, 3)), np.ones((2, 2)))
+    for bad in (1.5, -0.1, np.nan):
+        with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+            discount(np.ones((1, 2)), np.full((1, 2), bad))

@@ -202,16 +202,47 @@ def test_zero_weight_rows_do_not_change_the_gaussians(wine):
 def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
     _, X_te, _, _ = wine
     Z = np.vstack([X_te, X_te[:10] + 0.8])
+    nov = wine_deep._novelty(Z)
     residual = wine_deep.ood_score(Z, "residual")
     firing = wine_deep.ood_score(Z, "firing")
+    np.testing.assert_allclose(residual, nov.residual_share.sum(axis=1))
     np.testing.assert_allclose(firing, wine_deep.routing_loss(Z).sum(axis=1))
     np.testing.assert_array_equal(wine_deep.ood_score(Z, "ignorance"), wine_deep.evidence(Z).ignorance)
-    combined = 0.5 * residual - np.log(FIRING_EPS + 1 - firing) + np.log1p(FIRING_EPS)
-    np.testing.assert_allclose(wine_deep.ood_score(Z), combined, rtol=1e-12)
+    firing_term = -np.log(FIRING_EPS + 1 - firing) + np.log1p(FIRING_EPS)
+    combined = 0.5 * residual + firing_term
+    np.testing.assert_allclose(wine_deep.ood_score(Z, "combined"), combined, rtol=1e-12)
+    leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]
+    np.testing.assert_allclose(wine_deep.ood_score(Z), leaf + combined, rtol=1e-12)  # default: "nll"
+    np.testing.assert_allclose(wine_deep.ood_score(Z, "nll"), leaf + combined, rtol=1e-12)
     assert (wine_deep.ood_score(Z) >= 0).all()
     assert wine_deep.ood_score(Z[-10:]).min() > np.median(wine_deep.ood_score(Z[:-10]))
     with pytest.raises(ValueError, match="unknown OOD score kind 'entropy'"):
         wine_deep.ood_score(Z, kind="entropy")
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 500), variant=st.sampled_from(["compact", "medium", "deep"]),
+       scale=st.sampled_from([0.0, 1.0, 5.0]))
+def test_feature_scores_are_an_exact_decomposition_of_their_score(seed, variant, scale):
+    """Each ranked attribute's score is its part of the default score: the parts sum to it."""
+    clf, X, _ = _fit(variant, seed)
+    rng = np.random.default_rng(seed)
+    Z = np.vstack([X[:30], X[30:60] + rng.normal(scale=scale * X.std(axis=0), size=(30, X.shape[1]))])
+    nov = clf._novelty(Z)
+    for kind in ("nll", "combined", "residual"):
+        parts = nov.feature_scores(kind)
+        assert (parts >= 0).all()
+        np.testing.assert_allclose(parts.sum(axis=1), clf.ood_score(Z, kind), rtol=1e-10, atol=1e-12)
+    ranked = clf.anomalous_features(Z, top_k=None)
+    np.testing.assert_allclose([sum(a.score for a in row) for row in ranked], clf.ood_score(Z),
+                               rtol=1e-10)
+    leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]  # T / d, shared like the residual
+    np.testing.assert_allclose(clf.ood_score(Z), clf.ood_score(Z, "combined") + leaf, rtol=1e-10)
+    extra = nov.feature_scores("nll") - nov.feature_scores("combined")
+    np.testing.assert_allclose(extra, leaf[:, None] * nov.residual_share / nov.residual[:, None],
+                               rtol=1e-8, atol=1e-12)
+    with pytest.raises(ValueError, match="feature scores exist"):
+        nov.feature_scores("firing")
 
 
 def test_planted_shift_of_an_unsplit_feature_is_ranked_first(wine):
@@ -271,8 +302,9 @@ def test_save_load_keeps_the_novelty_model(tmp_path, wine_deep, wine):
     wine_deep.save(tmp_path / "m")
     back = FERLClassifier.load(tmp_path / "m")
     np.testing.assert_array_equal(back.tree_.free_var, wine_deep.tree_.free_var)
+    np.testing.assert_array_equal(back.leaf_gaussians_.cov, wine_deep.leaf_gaussians_.cov)
     Z = X_te + 0.3
-    for kind in ("combined", "residual", "firing", "ignorance"):
+    for kind in ("nll", "combined", "residual", "firing", "ignorance"):
         np.testing.assert_array_equal(back.ood_score(Z, kind), wine_deep.ood_score(Z, kind))
     assert back.anomalous_features(Z, 3) == wine_deep.anomalous_features(Z, 3)
 
@@ -313,3 +345,67 @@ def test_loading_a_model_saved_without_the_gaussians_raises(tmp_path, wine_deep)
     persist.write_model(tmp_path / "old", meta, arrays)
     with pytest.raises(ValueError, match=r"lacks the tree arrays \['free_var'\]"):
         FERLClassifier.load(tmp_path / "old")
+
+
+def test_loading_a_model_saved_without_the_leaf_gaussians_raises(tmp_path, wine_deep):
+    wine_deep.save(tmp_path / "m")
+    meta, arrays = persist.read_model(tmp_path / "m")
+    arrays = {k: v for k, v in arrays.items() if not k.startswith("leaf_")}
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    persist.write_model(tmp_path / "old", meta, arrays)
+    with pytest.raises(ValueError, match="lacks the leaf Gaussian arrays.*refit"):
+        FERLClassifier.load(tmp_path / "old")
+
+
+@pytest.mark.parametrize("edit", ["not_pd", "nan_mean", "wrong_leaves", "bad_width"])
+def test_a_hand_edited_leaf_gaussian_is_refused(tmp_path, wine_deep, edit):
+    wine_deep.save(tmp_path / "m")
+    meta, arrays = persist.read_model(tmp_path / "m")
+    if edit == "not_pd":
+        arrays["leaf_cov_tril"] = -arrays["leaf_cov_tril"]
+    elif edit == "nan_mean":
+        arrays["leaf_mean"] = arrays["leaf_mean"].copy()
+        arrays["leaf_mean"][0, 0] = np.nan
+    elif edit == "wrong_leaves":
+        arrays["leaf_leaves"] = arrays["leaf_leaves"] + 1
+    else:
+        arrays["leaf_reliability"] = np.array([1.0, 0.0])
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    persist.write_model(tmp_path / "edited", meta, arrays)
+    with pytest.raises(ValueError, match="corrupted model"):
+        FERLClassifier.load(tmp_path / "edited")
+
+
+# ---------------------------------------------------------------------- finite on any scale (issue 18)
+def test_a_feature_whose_variance_underflows_is_refused_by_name():
+    """Issue 18 reproducer: a feature scaled by 1e-160 gave inf / NaN ood_score; now fit refuses it."""
+    X = np.random.default_rng(0).random((120, 4))
+    y = (X[:, 0] > 0.5).astype(int)
+    X[:, 2] *= 1e-160
+    with pytest.raises(ValueError, match=r"feature\(s\) \['x2'\].*rescale X"):
+        FERLClassifier(random_state=0).fit(X, y)
+
+
+@settings(max_examples=25, deadline=None)
+@given(scales=st.lists(st.sampled_from([1e-150, 1e-100, 1e-20, 1.0, 1e20, 1e100, 1e150]),
+                       min_size=3, max_size=3),
+       probe=st.sampled_from([0.0, 1e-300, 1.0, -1e10, 1e100, 1e300, -1.7e308, 1.7e308]),
+       seed=st.integers(0, 100))
+def test_novelty_is_finite_on_every_input_a_fit_accepted(scales, probe, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.random((80, 3)) * np.asarray(scales)
+    y = (X[:, 0] > np.median(X[:, 0])).astype(int)
+    try:
+        clf = FERLClassifier(random_state=0).fit(X, y)
+    except ValueError as err:  # only a variance float64 cannot hold, named
+        assert "rescale X" in str(err)
+        return
+    with np.errstate(over="ignore"):
+        Z = np.clip(np.vstack([X[:5], np.full((1, 3), probe), X[5:8] * [1.0, 1e200, 1.0]]), -1.7e308, 1.7e308)
+    for kind in ("nll", "combined", "residual", "firing", "ignorance"):
+        assert np.isfinite(clf.ood_score(Z, kind)).all(), kind
+    for row in clf.anomalous_features(Z, top_k=None):
+        assert all(np.isfinite([a.score, a.deviation, a.anomaly, a.routing_loss]).all() for a in row)
+    clf.set_params(novelty_discount=True)
+    ev = clf.evidence(Z)
+    assert np.isfinite(ev.mass).all() and np.isfinite(ev.ignorance).all()

@@ -1,0 +1,386 @@
+"""Leaf Gaussians: how typical an input is for the rules it reaches (beyond the paper).
+
+Paper eq. 3 gives every node a *diagonal* Gaussian over its free features. Here every leaf ``l``
+(rule) also gets a *full-covariance* Gaussian ``N(mu_l, Sigma_l)`` over **all** features, fitted on
+the training inputs weighted by their ungated firing ``phi0_l(x_i)`` and sample weights, in
+standardised units ``u = (x - center) / scale`` (the training mean and standard deviation), so that
+no statistic underflows or overflows whatever the feature scales (issue 18). A leaf sees few
+inputs, so its covariance is shrunk along the tree: node ``o`` with soft count ``n_o`` and weighted
+covariance ``S_o`` gets ``Sigma_o = a_o S_o + (1 - a_o) Sigma_parent``, ``a_o = n_o / (n_o + KAPPA d)``
+(the root keeps ``S_root``), and the leaves add a ridge ``RIDGE`` (in standardised units, i.e. a
+fraction of each feature's training variance) so that ``Sigma_l >= RIDGE I``.
+
+Per leaf and input the negative log-likelihood, up to a constant shared by all leaves and inputs,
+is ``nll_l(x) = d2_l(x) / 2 + logdet(Sigma_l / RIDGE) / 2 >= 0`` with ``d2_l`` the squared
+Mahalanobis distance. Both halves split exactly over features:
+
+* ``d2_l = sum_f w_lf^2`` with ``w_l = Sigma_l^{-1/2}``-whitened ``u - mu_l`` by ZCA-cor whitening
+  (``w = R^{-1/2} V^{-1/2} (u - mu)``, ``V`` the variances and ``R`` the correlations of
+  ``Sigma_l``; Kessy, Lewin & Strimmer 2018: the whitening whose components stay most correlated
+  with the standardised features, so ``w_lf`` is "feature ``f``'s deviation, decorrelated");
+* ``logdet(Sigma_l / RIDGE) = sum_f t_lf + logdet R_l`` with ``t_lf = log(V_lf / RIDGE) >= 0`` and
+  ``logdet R_l <= 0`` (Hadamard); the total, in ``[0, sum_f t_lf]``, is shared out in proportion to
+  ``t_lf`` (how loose leaf ``l`` is on feature ``f``), so each feature's share is ``>= 0``.
+
+The input's score averages the leaves by their ungated firing (which sums to one over the leaves):
+``T(x) = sum_l phi0_l(x) nll_l(x)`` (`leaf_terms`).
+
+**Reliability** (for the evidence discount of `ferl.evidence.discount`): leaf ``l`` is a reliable
+source for ``x`` when ``nll_l(x)`` is no larger than for typical training inputs:
+``r_l(x) = exp(-max(0, nll_l(x) - tau) / lambda)``. ``tau`` and ``lambda`` come from the
+*cross-fitted* leaf NLLs of the training inputs (the Gaussians refitted without each of
+`CROSS_FIT` interleaved folds, on the same tree, and evaluated on that fold, so that the reference
+is honest out-of-sample): ``tau`` is their firing-weighted `RELIABILITY_QUANTILES` [0] quantile
+and ``r = 1/2`` at the [1] quantile.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from ferl._tree import FuzzyTree
+
+__all__ = [
+    "KAPPA",
+    "RIDGE",
+    "CROSS_FIT",
+    "RELIABILITY_QUANTILES",
+    "Z_MAX",
+    "LeafGaussians",
+    "fit_leaf_gaussians",
+    "leaf_terms",
+    "standardise",
+]
+
+#: Shrinkage of a node's covariance to its parent's: pseudo-counts per feature (``KAPPA * d``).
+KAPPA = 0.5
+#: Ridge added to every leaf covariance, in standardised units (a fraction of the training variance).
+RIDGE = 1e-3
+#: Interleaved folds (row ``i`` in fold ``i % CROSS_FIT``) of the reliability's cross-fitted reference.
+CROSS_FIT = 5
+#: Quantiles of the cross-fitted training leaf NLLs where the reliability starts to fall and where
+#: it reaches 1/2.
+RELIABILITY_QUANTILES = (0.9, 0.99)
+#: Standardised inputs are clipped to ``[-Z_MAX, Z_MAX]``: scores stay finite for any finite input.
+Z_MAX = 1e100
+_CHUNK = 4096
+
+
+def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """``clip((X - center) / scale, -Z_MAX, Z_MAX)``, finite for finite ``X`` (no overflow warning).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d), float64, finite
+    center, scale : ndarray of shape (d,), float64, finite, ``scale > 0``
+
+    Returns
+    -------
+    ndarray of shape (n, d), float64, C-contiguous
+    """
+    with np.errstate(over="ignore"):
+        U = (X - center) / scale
+    return np.ascontiguousarray(np.clip(U, -Z_MAX, Z_MAX))
+
+
+@dataclass
+class LeafGaussians:
+    """Fitted leaf Gaussians (see the module docstring); build with `fit_leaf_gaussians`.
+
+    Attributes
+    ----------
+    center, scale : ndarray of shape (d,), float64
+        Standardisation of the inputs (weighted training mean and standard deviation; 1 for a
+        constant feature).
+    leaves : ndarray of shape (L,), int64
+        Node index of each leaf, in node order.
+    mean : ndarray of shape (L, d), float64
+        ``mu_l`` in standardised units.
+    cov : ndarray of shape (L, d, d), float64
+        ``Sigma_l`` in standardised units, ridge included (symmetric positive definite).
+    reliability : ndarray of shape (2,), float64
+        ``(tau, lambda)`` of the reliability, nats, ``lambda > 0``.
+    whiten : ndarray of shape (L, d, d), float64
+        ZCA-cor whitening matrices (derived from ``cov``, not saved).
+    half_share : ndarray of shape (L, d), float64 >= 0
+        Each feature's share of ``logdet(Sigma_l / RIDGE) / 2`` (derived, not saved).
+    """
+
+    center: np.ndarray
+    scale: np.ndarray
+    leaves: np.ndarray
+    mean: np.ndarray
+    cov: np.ndarray
+    reliability: np.ndarray
+    whiten: np.ndarray = field(init=False, repr=False)
+    half_share: np.ndarray = field(init=False, repr=False)
+
+    #: Arrays a saved model stores (the rest is derived by `__post_init__`).
+    SAVED_FIELDS = ("center", "scale", "leaves", "mean", "cov", "reliability")
+
+    def __post_init__(self) -> None:
+        self.whiten, self.half_share = _whitening(self.cov)
+
+
+def _whitening(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ZCA-cor whitening ``R^{-1/2} V^{-1/2}`` and per-feature log-det shares of each covariance."""
+    n_leaves, d = cov.shape[:2]
+    whiten = np.empty_like(cov)
+    half_share = np.zeros((n_leaves, d))
+    for j in range(n_leaves):
+        v = np.diag(cov[j]).copy()
+        inv_sd = 1.0 / np.sqrt(v)
+        corr = cov[j] * np.outer(inv_sd, inv_sd)
+        lam, vec = np.linalg.eigh(corr)
+        lam = np.maximum(lam, np.finfo(np.float64).tiny)
+        whiten[j] = (vec / np.sqrt(lam)) @ vec.T * inv_sd[None, :]
+        t = np.maximum(np.log(v / RIDGE), 0.0)
+        total = t.sum()
+        if total > 0:
+            logdet = min(max(total + np.log(lam).sum(), 0.0), total)
+            half_share[j] = 0.5 * t * (logdet / total)
+    return whiten, half_share
+
+
+def _shrink(count: float, mean: np.ndarray, S: np.ndarray, prior_mean: np.ndarray,
+            prior_cov: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
+    """``a S + (1 - a) prior_cov`` with ``a = count / (count + kappa)``; no weight gives the prior."""
+    if count <= 0:
+        return prior_mean, prior_cov
+    a = count / (count + kappa)
+    S = a * S + (1.0 - a) * prior_cov
+    return mean, 0.5 * (S + S.T)
+
+
+def _fold_moments(U: np.ndarray, w: np.ndarray, fold: np.ndarray):
+    """Weighted moments of rows ``U`` (weights ``w > 0``) over all rows and without each fold.
+
+    Returns ``(count, mean, S)`` of all rows and arrays ``counts (K,)``, ``means (K, d)``,
+    ``covs (K, d, d)`` of the rows outside each fold ``k``; the sums are taken once per fold on
+    rows centred at the overall mean, so a fold-out moment costs no extra pass over the rows.
+    """
+    d = U.shape[1]
+    count = float(w.sum())
+    mean = w @ U / count if count > 0 else np.zeros(d)
+    Z = U - mean
+    s0 = np.zeros(CROSS_FIT)
+    s1 = np.zeros((CROSS_FIT, d))
+    s2 = np.zeros((CROSS_FIT, d, d))
+    for k in range(CROSS_FIT):
+        rows = fold == k
+        wk, Zk = w[rows], Z[rows]
+        s0[k], s1[k], s2[k] = wk.sum(), wk @ Zk, (Zk * wk[:, None]).T @ Zk
+    S = s2.sum(axis=0) / count if count > 0 else np.zeros((d, d))
+    out0 = count - s0
+    safe = np.where(out0 > 0, out0, 1.0)
+    shift = (s1.sum(axis=0) - s1) / safe[:, None]
+    covs = (s2.sum(axis=0) - s2) / safe[:, None, None] - shift[:, :, None] * shift[:, None, :]
+    return count, mean, S, out0, mean + shift, covs
+
+
+def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: np.ndarray):
+    """Leaf means and shrunk covariances (ridge excluded), and the cross-fitted leaf NLLs.
+
+    Nodes are visited depth first; each node's moments are shrunk to its parent's covariance
+    (the root keeps its own; a node with no weight takes its parent's), once on all rows and once
+    without each of the `CROSS_FIT` interleaved folds, so that the fold's rows are scored on
+    Gaussians that never saw them (the whole chain of covariances refitted, not only the leaves:
+    the leaves borrow most of their covariance from their ancestors).
+
+    Returns
+    -------
+    mean : ndarray of shape (L, d)
+    cov : ndarray of shape (L, d, d)
+    values, weights : ndarray of shape (m,)
+        Out-of-fold ``nll_l(x_i)`` of every (training row, leaf) pair with ``W > 0``, and ``W``.
+    """
+    n, d = U.shape
+    fold = np.arange(n) % CROSS_FIT
+    leaf_index = {int(o): j for j, o in enumerate(np.flatnonzero(tree.is_leaf))}
+    mean = np.empty((len(leaf_index), d))
+    cov = np.empty((len(leaf_index), d, d))
+    values, weights = [], []
+    eye = np.eye(d)
+    stack = [(0, (np.zeros(d), eye), [(np.zeros(d), eye)] * CROSS_FIT)]
+    while stack:
+        o, prior, fold_priors = stack.pop()
+        rows = np.flatnonzero(W[:, o] > 0)
+        w = W[rows, o]
+        kappa = KAPPA * d if o else 0.0
+        count, m, S, out0, means, covs = _fold_moments(U[rows], w, fold[rows])
+        node = _shrink(count, m, S, *prior, kappa)
+        node_folds = [_shrink(out0[k], means[k], covs[k], *fold_priors[k], kappa) for k in range(CROSS_FIT)]
+        if tree.feature[o] >= 0:
+            stack += [(int(tree.left[o]), node, node_folds), (int(tree.right[o]), node, node_folds)]
+            continue
+        j = leaf_index[o]
+        mean[j], cov[j] = node
+        for k, (mk, ck) in enumerate(node_folds):
+            test = fold[rows] == k
+            if not test.any():
+                continue
+            chol = np.linalg.cholesky(ck + RIDGE * eye)
+            V = np.linalg.solve(chol, (U[rows[test]] - mk).T)
+            half_logdet = np.log(np.diagonal(chol)).sum() - 0.5 * d * np.log(RIDGE)
+            values.append(0.5 * (V * V).sum(axis=0) + half_logdet)
+            weights.append(w[test])
+    return mean, cov, np.concatenate(values), np.concatenate(weights)
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return float(values[order][min(np.searchsorted(cum, q * cum[-1]), values.size - 1)])
+
+
+def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray) -> LeafGaussians:
+    """Fit the leaf Gaussians and the reliability of the module docstring.
+
+    Parameters
+    ----------
+    tree : FuzzyTree
+        A finalised tree.
+    X : ndarray of shape (n_samples, n_features), float64, finite
+        The training inputs.
+    sample_weight : ndarray of shape (n_samples,), float64, >= 0, some > 0
+
+    Returns
+    -------
+    LeafGaussians
+
+    Raises
+    ------
+    ValueError
+        A feature whose spread is too small to standardise (positive but below
+        ``float64``'s smallest normal number): the message names it.
+    """
+    sw = np.asarray(sample_weight, dtype=np.float64)
+    center, scale = _standardisation(X, sw)
+    U = standardise(X, center, scale)
+    W = _ungated_firing(tree, X) * sw[:, None]
+    mean, cov, values, weights = _fit_nodes(tree, U, W)
+    q0, q1 = RELIABILITY_QUANTILES
+    tau = _weighted_quantile(values, weights, q0)
+    half = _weighted_quantile(values, weights, q1)
+    width = max(half - tau, 1e-6 * max(abs(tau), 1.0)) / np.log(2.0)
+    d = X.shape[1]
+    return LeafGaussians(center, scale, np.flatnonzero(tree.is_leaf), mean, cov + RIDGE * np.eye(d)[None],
+                         np.array([tau, width]))
+
+
+def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted mean and standard deviation per feature, computed without overflow or underflow."""
+    positive = sw > 0
+    lo, hi = X[positive].min(axis=0), X[positive].max(axis=0)
+    mid = lo / 2 + hi / 2
+    half = hi / 2 - lo / 2
+    unit = np.where(half > 0, half, 1.0)
+    V = (X - mid) / unit  # in [-1, 1] on the rows of positive weight
+    m = np.average(V, axis=0, weights=sw)
+    sd = np.sqrt(np.average((V - m) ** 2, axis=0, weights=sw))
+    tiny = np.finfo(np.float64).tiny
+    bad = (half > 0) & ((half < tiny) | (sd * unit < tiny) | (sd == 0))
+    if bad.any():
+        raise ValueError(
+            f"feature(s) {np.flatnonzero(bad).tolist()[:10]} vary by less than float64 can standardise "
+            f"(spread below {tiny:.3g}); rescale X (e.g. standardise it) before fitting")
+    return mid + unit * m, np.where(half > 0, sd * unit, 1.0)
+
+
+def _ungated_firing(tree: FuzzyTree, X: np.ndarray) -> np.ndarray:
+    """Firing of every node with the gates off, shape (n, n_nodes)."""
+    ones = np.ones(tree.n_nodes)
+    return np.vstack([tree.firing(X[s:s + _CHUNK], False, ones)[0] for s in range(0, X.shape[0], _CHUNK)]) \
+        if X.shape[0] else np.zeros((0, tree.n_nodes))
+
+
+@njit(cache=True)
+def _leaf_kernel(U, phi0, mean, whiten, half_share, half_logdet):
+    n, d = U.shape
+    n_leaves = mean.shape[0]
+    deviation = np.zeros((n, d))
+    spread = np.zeros((n, d))
+    nll = np.zeros((n, n_leaves))
+    v = np.empty(d)
+    for i in range(n):
+        for j in range(n_leaves):
+            p = phi0[i, j]
+            if p <= 0.0:
+                continue
+            for f in range(d):
+                v[f] = U[i, f] - mean[j, f]
+            d2 = 0.0
+            for f in range(d):
+                w = 0.0
+                for g in range(d):
+                    w += whiten[j, f, g] * v[g]
+                w2 = 0.5 * w * w
+                deviation[i, f] += p * w2
+                spread[i, f] += p * half_share[j, f]
+                d2 += w2
+            nll[i, j] = d2 + half_logdet[j]
+    return deviation, spread, nll
+
+
+def leaf_terms(model: LeafGaussians, U: np.ndarray, phi0: np.ndarray):
+    """Per-feature halves of ``T(x)`` and the per-leaf NLLs of standardised inputs.
+
+    Parameters
+    ----------
+    model : LeafGaussians
+    U : ndarray of shape (n, d), float64
+        Standardised inputs (`standardise`).
+    phi0 : ndarray of shape (n, L), float64 >= 0
+        Ungated firing of the leaves (any non-negative weights).
+
+    Returns
+    -------
+    deviation : ndarray of shape (n, d), float64 >= 0
+        ``sum_l phi0_l w_lf^2 / 2``.
+    spread : ndarray of shape (n, d), float64 >= 0
+        ``sum_l phi0_l`` (feature ``f``'s share of ``logdet(Sigma_l / RIDGE) / 2``).
+    nll : ndarray of shape (n, L), float64 >= 0
+        ``nll_l(x)`` where ``phi0_l(x) > 0``, else 0.
+    """
+    return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten,
+                        model.half_share, model.half_share.sum(axis=1))
+
+
+def reliability(model: LeafGaussians, nll: np.ndarray) -> np.ndarray:
+    """``r_l(x) = exp(-max(0, nll_l(x) - tau) / lambda)``, same shape as ``nll``, in (0, 1]."""
+    tau, width = model.reliability
+    return np.exp(-np.maximum(nll - tau, 0.0) / width)
+
+
+def source_reliability(tree: FuzzyTree, model: LeafGaussians, phi0: np.ndarray,
+                       nll: np.ndarray) -> np.ndarray:
+    """Reliability of every node as an evidence source, shape (n, n_nodes), in (0, 1].
+
+    A leaf's is `reliability` of its own Gaussian; an internal node's is the ``phi0``-weighted mean
+    of the reliabilities of the leaves below it (its firing with the gates off is the sum of
+    theirs), i.e. how typical the input is of the region the node covers, at the leaves'
+    resolution; 1 where none of them fires.
+
+    Parameters
+    ----------
+    tree : FuzzyTree
+    model : LeafGaussians
+    phi0 : ndarray of shape (n, n_nodes)
+        Ungated firing of every node.
+    nll : ndarray of shape (n, L)
+        Leaf NLLs (`leaf_terms`).
+    """
+    n = phi0.shape[0]
+    num = np.zeros((n, tree.n_nodes))
+    den = np.zeros((n, tree.n_nodes))
+    num[:, model.leaves] = phi0[:, model.leaves] * reliability(model, nll)
+    den[:, model.leaves] = phi0[:, model.leaves]
+    for o in range(tree.n_nodes - 1, 0, -1):  # children after parents: accumulate bottom-up
+        num[:, tree.parent[o]] += num[:, o]
+        den[:, tree.parent[o]] += den[:, o]
+    out = np.ones((n, tree.n_nodes))
+    np.divide(num, den, out=out, where=den > 0)
+    return np.clip(out, 0.0, 1.0)

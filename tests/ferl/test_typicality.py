@@ -1,0 +1,179 @@
+"""Leaf Gaussians (`ferl.typicality`) and the novelty discount of the evidence (`novelty_discount`)."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+
+from ferl import FERLClassifier
+from ferl.evidence import combine, discount
+from ferl.typicality import KAPPA, RIDGE, leaf_terms, standardise
+
+
+def _correlated(seed, n):
+    """Classes set by x0 and x3; x2 follows x1 closely in every class (a correlation the tree
+    does not need for the classes)."""
+    rng = np.random.default_rng(seed)
+    x0, x1, x3 = rng.random(n), rng.random(n), rng.random(n)
+    X = np.column_stack([x0, x1, x1 + 0.03 * rng.normal(size=n), x3])
+    return X, (x0 > 0.5).astype(int) + (x3 > 0.5)
+
+
+@pytest.fixture(scope="module")
+def correlated():
+    X, y = _correlated(0, 400)
+    return FERLClassifier(random_state=0).fit(X, y), X, y
+
+
+def _planted(seed, n):
+    """Inputs of the retained distribution with the x1-x2 correlation broken, every value in range."""
+    X, _ = _correlated(seed, n)
+    X[:, 2] = 1.0 - X[:, 1]
+    return X[np.abs(X[:, 2] - X[:, 1]) > 0.3]
+
+
+# ---------------------------------------------------------------------- the leaf Gaussians
+def test_leaf_gaussians_match_a_numpy_reference():
+    X, y = make_classification(n_samples=300, n_features=5, n_informative=3, n_classes=3, random_state=1)
+    sw = np.random.default_rng(1).random(300) + 0.5
+    clf = FERLClassifier(random_state=1).fit(X, y, sample_weight=sw)
+    t, g = clf.tree_, clf.leaf_gaussians_
+    d = X.shape[1]
+    center = np.average(X, axis=0, weights=sw)
+    scale = np.sqrt(np.average((X - center) ** 2, axis=0, weights=sw))
+    np.testing.assert_allclose(g.center, center, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(g.scale, scale, rtol=1e-10)
+    U = (X - center) / scale
+    phi0 = t.firing(X, False, np.ones(t.n_nodes))[0] * (sw / sw.mean())[:, None]
+    cov = {}
+    for o in range(t.n_nodes):  # shrink every node's covariance to its parent's
+        w = phi0[:, o]
+        mu = np.average(U, axis=0, weights=w)
+        S = np.cov(U.T, aweights=w, bias=True)
+        a = 1.0 if o == 0 else w.sum() / (w.sum() + KAPPA * d)
+        cov[o] = a * S + (1 - a) * (cov[t.parent[o]] if o else 0)
+        if t.is_leaf[o]:
+            j = int(np.flatnonzero(g.leaves == o)[0])
+            np.testing.assert_allclose(g.mean[j], mu, atol=1e-9)
+            np.testing.assert_allclose(g.cov[j], cov[o] + RIDGE * np.eye(d), atol=1e-9)
+    Z = np.vstack([X[:10], X[:5] + 3.0])
+    dev, spread, nll = leaf_terms(g, standardise(Z, g.center, g.scale), np.ones((len(Z), g.leaves.size)))
+    for j in range(g.leaves.size):
+        v = (Z - center) / scale - g.mean[j]
+        d2 = np.einsum("if,fg,ig->i", v, np.linalg.inv(g.cov[j]), v)
+        logdet = np.linalg.slogdet(g.cov[j] / RIDGE)[1]
+        np.testing.assert_allclose(nll[:, j], d2 / 2 + logdet / 2, rtol=1e-9)
+        assert g.half_share[j].sum() == pytest.approx(logdet / 2, rel=1e-9)
+    assert (g.half_share >= 0).all()
+    np.testing.assert_allclose((dev + spread).sum(axis=1), nll.sum(axis=1), rtol=1e-10)
+
+
+def test_a_leaf_fitted_exactly_gives_finite_scores_and_trusts_its_own_points():
+    """Duplicated training points: the within-leaf covariance is 0, the ridge keeps it invertible."""
+    X = np.repeat(np.array([[0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.5], [1.0, 0.0, 0.2]]), 25, axis=0)
+    y = np.repeat([0, 1, 0, 1], 25)
+    clf = FERLClassifier(random_state=0, novelty_discount=True).fit(X, y)
+    probes = np.vstack([X[::25], X[::25] + [0, 0, 0.3]])
+    assert np.isfinite(clf.ood_score(probes)).all()
+    np.testing.assert_array_equal(clf._reliability(X[::25])[:, clf.tree_.is_leaf].min(), 1.0)
+    ev = clf.evidence(probes)
+    assert (ev.ignorance[4:] > ev.ignorance[:4]).all()
+    assert np.isfinite(ev.mass).all()
+
+
+# ---------------------------------------------------------------------- the novelty discount
+def test_planted_near_ood_raises_ignorance_and_abstains_only_with_the_discount(correlated):
+    clf, _, _ = correlated
+    X_id, _ = _correlated(1, 300)
+    X_near = _planted(2, 300)
+    assert clf.ood_score(X_near, "firing").mean() < 0.2  # mostly inside the gates' support
+    off_id, off_near = clf.evidence(X_id), clf.evidence(X_near)
+    clf.set_params(novelty_discount=True)
+    on_id, on_near = clf.evidence(X_id), clf.evidence(X_near)
+    clf.set_params(novelty_discount=False)
+    assert off_near.abstain.mean() < 0.5
+    assert on_near.ignorance.mean() > 0.9 and on_near.abstain.mean() > 0.9
+    assert abs(on_id.ignorance.mean() - off_id.ignorance.mean()) < 0.03
+    assert on_id.abstain.mean() - off_id.abstain.mean() < 0.03
+    assert (on_id.ignorance >= off_id.ignorance - 1e-12).mean() == 1.0  # one source or agreeing ones
+    rel = clf.set_params(novelty_discount=True)._reliability(X_near)
+    clf.set_params(novelty_discount=False)
+    assert ((rel > 0) & (rel <= 1)).all()
+
+
+def test_discount_off_is_the_papers_read_out_bit_for_bit(correlated):
+    clf, X, y = correlated
+    Z = np.vstack([X[:50], _planted(3, 100)])
+    plain = FERLClassifier(random_state=0).fit(X, y)
+    assert plain.novelty_discount is False
+    on = FERLClassifier(random_state=0, novelty_discount=True).fit(X, y)
+    on.set_params(novelty_discount=False)
+    for model in (plain, on):
+        ev = model.evidence(Z)
+        np.testing.assert_array_equal(ev.mass, clf.evidence(Z).mass)
+        np.testing.assert_array_equal(ev.ignorance, clf.evidence(Z).ignorance)
+        np.testing.assert_array_equal(model.predict_proba(Z), clf.predict_proba(Z))
+    np.testing.assert_array_equal(on._reliability(Z), 1.0)
+
+
+@pytest.mark.parametrize("variant", ["compact", "deep"])
+def test_an_input_no_leaf_reaches_stays_vacuous_with_the_discount(variant, correlated):
+    _, X, y = correlated
+    clf = FERLClassifier(variant, random_state=0, novelty_discount=True).fit(X, y)
+    far = X[:3] + 10.0
+    ev = clf.evidence(far)
+    np.testing.assert_array_equal(ev.ignorance, 1.0)
+    assert ev.abstain.all()
+    np.testing.assert_allclose(clf.predict_proba(far), 1.0 / 3)
+
+
+def test_all_node_evidence_discounts_internal_nodes_by_their_leaves(correlated):
+    _, X, y = correlated
+    clf = FERLClassifier("compact", random_state=0, novelty_discount=True).fit(X, y)
+    Z = np.vstack([X[:20], _planted(4, 40)])
+    rel = clf._reliability(Z)
+    phi0 = clf.tree_.firing(Z, False, clf._gate_margin())[0]
+    t = clf.tree_
+    for o in np.flatnonzero(~t.is_leaf):  # the phi0-weighted mean of its children's reliabilities
+        kids = [t.left[o], t.right[o]]
+        w = phi0[:, kids]
+        expect = np.where(w.sum(1) > 0, (w * rel[:, kids]).sum(1) / np.maximum(w.sum(1), 1e-300), 1.0)
+        np.testing.assert_allclose(rel[:, o], expect, rtol=1e-9, atol=1e-12)
+    ev = clf.evidence(Z)
+    np.testing.assert_allclose(ev.mass.sum(1) + ev.ignorance, 1.0)
+    assert ev.ignorance[20:].mean() > ev.ignorance[:20].mean()
+
+
+def test_explanation_shows_the_discount(correlated, tmp_path):
+    clf, _, _ = correlated
+    x = _planted(5, 50)[0]
+    clf.set_params(novelty_discount=True)
+    try:
+        e = clf.explain(x)
+        ev = clf.evidence(x[None])
+        assert e.ignorance == pytest.approx(ev.ignorance[0]) and e.abstain == bool(ev.abstain[0])
+        assert e.sources and min(s.reliability for s in e.sources) < 0.5
+        for s in e.sources:
+            assert s.ignorance == pytest.approx(1 - s.reliability * s.firing)
+            assert sum(s.mass) == pytest.approx(s.reliability * s.firing)
+        assert "| reliability |" in e.to_markdown()
+        clf.save(tmp_path / "m")
+        back = FERLClassifier.load(tmp_path / "m")
+        assert back.novelty_discount is True
+        np.testing.assert_array_equal(back.evidence(x[None]).ignorance, ev.ignorance)
+    finally:
+        clf.set_params(novelty_discount=False)
+
+
+@pytest.mark.parametrize("variant", ["compact", "deep"])
+def test_discounted_sparse_read_out_equals_the_dense_textbook_discount(variant, correlated):
+    """`ferl._readout.discounted` maps each sparse entry to its node's reliability: the batched
+    evidence equals `combine` of the dense firings times the dense reliabilities."""
+    _, X, y = correlated
+    clf = FERLClassifier(variant, random_state=0, novelty_discount=True).fit(X, y)
+    Z = np.vstack([X[:40], _planted(6, 60), X[:5] + 0.4])
+    phi = clf.tree_.firing(Z, True, clf._gate_margin())[0]
+    expect = combine(discount(phi, clf._reliability(Z)), clf.tree_.value, clf._sources(), clf.combination)
+    ev = clf.evidence(Z)
+    np.testing.assert_allclose(ev.mass, expect.mass, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(ev.ignorance, expect.ignorance, rtol=1e-12, atol=1e-14)
+    assert (clf._reliability(Z)[40:100] < 1).any()  # the discount did act
