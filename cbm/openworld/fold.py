@@ -65,7 +65,7 @@ __all__ = [
 
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
 #: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves.
-RESULT_VERSION = 4
+RESULT_VERSION = 5
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 def _record(steps: dict, step: str, y: np.ndarray, allowed: Sequence[int], fold: ClassFold) -> None:
