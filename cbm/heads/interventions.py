@@ -8,8 +8,9 @@ intervened concepts beside FERL's explanation (an :class:`InterventionExplanatio
 :func:`expert_values_for` chooses how an answer enters a head: Koh et al. (2020, §6)'s 5th / 95th
 training percentiles for the logit-style heads (LR), the label itself for the rule and tree heads.
 :func:`reached_concepts` lists, per input, the concepts a FERL decision can depend on: those split at
-nodes that fire (``FERLClassifier.node_firing``); changing any other concept leaves the class masses
-exactly as they are.
+nodes that fire (``FERLClassifier.node_firing``); with the novelty discount off, changing any other
+concept leaves the class masses exactly as they are (with it on, the CBM heads' setting, every concept
+also moves the sources' reliabilities, `ferl.FERLClassifier`'s ``novelty_discount``).
 """
 
 from __future__ import annotations
