@@ -8,7 +8,8 @@ logs, exact resume, concept-table export) and the ``train-detector`` console scr
 
 from cbm.detector.backbones import PretrainedWeightsError, build_backbone
 from cbm.detector.checkpoint import check_table_matches_checkpoint, checkpoint_concept_names
-from cbm.detector.module import ConceptDetector, MeanConceptAUROC, concept_metrics, imbalance_pos_weight
+from cbm.detector.metrics import MeanConceptAUROC, concept_metrics
+from cbm.detector.module import ConceptDetector, imbalance_pos_weight
 from cbm.detector.train import DetectorRun, environment_info, quiet_library_noise, train_detector
 
 __all__ = [

@@ -54,6 +54,11 @@ def detector_parser() -> ArgumentParser:
                         help="'imbalance': Koh et al.'s per-concept positive weights")
     parser.add_argument("--export_splits", type=list[str], default=["train", "val", "test"],
                         help="splits whose concept probabilities are written to concepts/")
+    parser.add_argument("--crossfit_folds", type=int, default=0,
+                        help="K >= 2: also write out-of-fold train concepts (concepts/train_crossfit.npz)")
+    parser.add_argument("--feature_cache", type=str | None, default=None,
+                        help="folder of cached backbone features (model.freeze_backbone; default "
+                             "<run-dir>/detector/features)")
     parser.add_class_arguments(ConceptDataModule, "data", skip={"table"})
     parser.add_class_arguments(ConceptDetector, "model", skip=_DATA_DERIVED)
     parser.add_class_arguments(Trainer, "trainer", skip=_JOB_OWNED, fail_untyped=False)
@@ -81,6 +86,8 @@ def train_detector_main(argv: Sequence[str] | None = None) -> None:
             pos_weight=cfg.pos_weight,
             ckpt_path=cfg.ckpt_path,
             export_splits=cfg.export_splits,
+            crossfit_folds=cfg.crossfit_folds,
+            feature_cache=cfg.feature_cache,
             config_text=parser.dump(cfg),
         )
     except (ValueError, FileNotFoundError, FloatingPointError) as err:

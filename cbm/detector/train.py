@@ -8,6 +8,8 @@ One call of :func:`train_detector` fills a run directory::
     <run_dir>/detector/logs/         CSV logs (version_N per session); wandb/ when enabled
     <run_dir>/detector/metrics.json  concept accuracy / error / AUROC of the best checkpoint
     <run_dir>/concepts/{split}.npz   concept tables (see :mod:`cbm.data.concept_tables`)
+    <run_dir>/concepts/train_crossfit.npz  out-of-fold train concepts (``crossfit_folds``)
+    <run_dir>/detector/features/     cached backbone features (frozen backbone)
 
 Resuming with ``ckpt_path="last"`` restores epoch, global step, optimizer and LR-scheduler state;
 the per-epoch reseeding callback makes the resumed run repeat the uninterrupted one.
@@ -15,6 +17,7 @@ the per-epoch reseeding callback makes the resumed run repeat the uninterrupted 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -37,9 +40,12 @@ from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, RandomSampler
 
-from cbm.data.concept_tables import check_concept_names, save_concept_table
+from cbm.data.concept_tables import check_concept_names
 from cbm.detector.checkpoint import checkpoint_concept_names
-from cbm.detector.module import ConceptDetector, concept_metrics, imbalance_pos_weight
+from cbm.detector.crossfit import CROSSFIT_SPLIT, crossfit_probs
+from cbm.detector.export import export_loaders, predict, predictor, write_table
+from cbm.detector.frozen import frozen_datamodule
+from cbm.detector.module import ConceptDetector, imbalance_pos_weight
 from ferl.persist import atomic_write_text
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
@@ -219,22 +225,6 @@ def _build_loggers(kind: str, log_dir: Path, run_name: str) -> list[Logger]:
     return loggers
 
 
-def _export_loaders(datamodule: LightningDataModule, splits: Sequence[str]) -> dict[str, DataLoader]:
-    """Evaluation loaders (eval transform, table order) of the splits to export; checked early.
-
-    Uses :meth:`cbm.data.ConceptDataModule.eval_dataloader`, whose ``.dataset`` carries the
-    ``sample_ids``, ``targets`` and ``concept_labels`` of the split in loader order.
-    """
-    loaders = {}
-    for split in splits:
-        loader = datamodule.eval_dataloader(split)
-        if len(loader.dataset) == 0:
-            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give "
-                             "each class more samples (a per-class split of very few samples can be empty)")
-        loaders[split] = loader
-    return loaders
-
-
 def train_detector(
     datamodule: LightningDataModule,
     *,
@@ -247,6 +237,8 @@ def train_detector(
     pos_weight: Literal["none", "imbalance"] = "none",
     ckpt_path: str | None = None,
     export_splits: Sequence[str] = ("train", "val", "test"),
+    crossfit_folds: int = 0,
+    feature_cache: str | os.PathLike | None = None,
     config_text: str | None = None,
     callbacks: Iterable[Callback] = (),
 ) -> DetectorRun:
@@ -279,6 +271,12 @@ def train_detector(
         absent), ``"best"`` or a file path resumes from that checkpoint.
     export_splits : sequence of str
         Splits whose concept probabilities (best checkpoint) go to ``concepts/{split}.npz``.
+    crossfit_folds : int
+        K >= 2: also write cross-fitted (out-of-fold) train concepts, ``concepts/train_crossfit.npz``
+        (:mod:`cbm.detector.crossfit`); 0: not.
+    feature_cache : path-like, optional
+        Folder of the cached backbone features of a frozen backbone (``model.freeze_backbone``,
+        :mod:`cbm.detector.frozen`); default ``<run_dir>/detector/features``.
     config_text : str, optional
         Configuration to save as ``config.yaml``.
     callbacks : iterable of Callback
@@ -305,6 +303,8 @@ def train_detector(
         raise ValueError(f"monitor must be one of {sorted(MONITORS)}, got {monitor!r}")
     if pos_weight not in ("none", "imbalance"):
         raise ValueError(f"pos_weight must be 'none' or 'imbalance', got {pos_weight!r}")
+    if crossfit_folds != 0 and crossfit_folds < 2:
+        raise ValueError(f"crossfit_folds must be 0 (off) or >= 2, got {crossfit_folds}")
     run_dir = Path(run_dir)
     det_dir = run_dir / "detector"
     ckpt_dir = det_dir / "checkpoints"
@@ -313,7 +313,7 @@ def train_detector(
 
     datamodule.prepare_data()
     datamodule.setup("fit")
-    loaders = _export_loaders(datamodule, export_splits)
+    loaders = export_loaders(datamodule, export_splits)
     model_kwargs = dict(model or {})
     if pos_weight == "imbalance":
         train_labels = datamodule.eval_dataloader("train").dataset.concept_labels
@@ -339,6 +339,12 @@ def train_detector(
                               enable_version_counter=False)
     trainer_kwargs = {"accelerator": "auto", **dict(trainer or {})}
     trainer_kwargs["precision"] = _resolve_precision(trainer_kwargs)
+    if detector.frozen:  # the backbone runs once per image: cached features stand in for images
+        datamodule = frozen_datamodule(detector, datamodule, feature_cache or det_dir / "features",
+                                       accelerator=trainer_kwargs["accelerator"],
+                                       precision=trainer_kwargs["precision"])
+        loaders = export_loaders(datamodule, export_splits)
+    initial = copy.deepcopy(detector) if crossfit_folds else None
     pl_trainer = Trainer(
         **trainer_kwargs,
         default_root_dir=str(det_dir),
@@ -369,22 +375,17 @@ def train_detector(
 
     # Export on one device: every rank of a DDP job has finished fitting here.
     export_model = ConceptDetector.from_checkpoint(best) if best is not None else detector
-    predictor = Trainer(accelerator=trainer_kwargs["accelerator"], devices=1,
-                        precision=trainer_kwargs["precision"], logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False)
+    one_device = predictor(trainer_kwargs["accelerator"], trainer_kwargs["precision"])
     for split, loader in loaders.items():
-        probs = torch.cat(predictor.predict(export_model, dataloaders=loader)).float().cpu().numpy()
-        ds = loader.dataset
-        path = run_dir / "concepts" / f"{split}.npz"
-        table = save_concept_table(
-            path, probs=probs, concept_labels=ds.concept_labels, y=ds.targets,
-            concept_names=export_model.concept_names, class_names=datamodule.class_names,
-            sample_ids=ds.sample_ids, split=split,
-        )
-        run.tables[split] = path
-        metrics = concept_metrics(table.probs, table.concept_labels)
-        run.metrics[split] = {**metrics, "n": table.n_samples}
+        run.tables[split], run.metrics[split] = write_table(
+            run_dir, split, predict(export_model, loader, one_device), loader.dataset,
+            export_model.concept_names, datamodule.class_names)
+    if initial is not None:
+        probs = crossfit_probs(initial, datamodule, n_folds=crossfit_folds, seed=seed, trainer=trainer_kwargs,
+                               monitor=(metric, mode), workdir=det_dir, callbacks=[ReseedEachEpoch(seed)])
+        run.tables[CROSSFIT_SPLIT], run.metrics[CROSSFIT_SPLIT] = write_table(
+            run_dir, CROSSFIT_SPLIT, probs, datamodule.eval_dataloader("train").dataset,
+            initial.concept_names, datamodule.class_names)
     summary = {
         "best_checkpoint": str(best) if best else None,
         "monitor": metric,
