@@ -7,7 +7,10 @@
    names that differ between the tables raise);
 2. fits a :class:`cbm.concepts.calibration.ConceptCalibrator` on **val** and writes ``calibration.json``;
 3. fits every requested head (:mod:`cbm.heads`) on **train** twice, on raw and on calibrated concept
-   probabilities, and evaluates it on **test** (:func:`evaluate_head`);
+   probabilities, and evaluates it on **test** (:func:`evaluate_head`). The training vectors are the
+   detector's cross-fitted (out-of-fold) train concepts when the run has them, else its in-sample
+   ones (``--train-concepts``, :mod:`cbm.heads.train_concepts`); the other sources, and the true
+   concepts (Koh et al.'s independent head), are fitted too and reported beside them;
 4. writes ``head/<name>/{raw,calibrated}/`` (``head.json``, ``model.json``, ``model.npz``,
    ``rules.md`` with concept names), merges a ``fit_head`` entry into ``metrics.json``, and writes
    ``tables/heads.{md,csv}`` laid out like the paper's Table 4 (:mod:`cbm.heads.tables`).
@@ -36,6 +39,7 @@ from cbm.concepts.calibration import ConceptCalibrator, concept_ece
 from cbm.data.concept_tables import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.heads.tables import heads_frame, heads_markdown
+from cbm.heads.train_concepts import TRAIN_CONCEPTS, crossfit_table, resolve_train_concepts, train_inputs
 from ferl import metrics as M
 from ferl.persist import atomic_write_text
 
@@ -132,6 +136,28 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
     return out
 
 
+def _fit_heads(names: Sequence[str], X_train: dict, X_test: dict, y_train: np.ndarray, y_test: np.ndarray,
+               concept_names: list[str], seed: int, out: Path | None, source: str) -> dict:
+    """Fit and evaluate every head on both input kinds; save models and rules under ``out`` if given."""
+    results: dict = {name: {} for name in names}
+    for kind in INPUTS:
+        for name in names:
+            options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
+                       if name == "lr-restricted" else {})
+            start = time.perf_counter()
+            head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
+            fit_seconds = time.perf_counter() - start
+            metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
+            if out is not None:
+                folder = head.save(out / "head" / name / kind)
+                atomic_write_text(folder / "rules.md", f"<!-- inputs: {kind} concept probabilities, "
+                                  f"{source} train concepts -->\n" + head.describe())
+            results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
+            log.info("%s (%s, %s train concepts): test accuracy %.4f", name, kind, source,
+                     metrics["accuracy"])
+    return results
+
+
 def fit_head(
     concepts: str | os.PathLike,
     out: str | os.PathLike,
@@ -139,6 +165,8 @@ def fit_head(
     seed: int = 0,
     dataset: str = "auto",
     open_world: bool | None = None,
+    train_concepts: str = "auto",
+    compare_train_concepts: bool = True,
 ) -> dict:
     """Run the job; see the module docstring.
 
@@ -157,6 +185,12 @@ def fit_head(
         Which of the paper's Table 4 values to print beside ours; "auto" reads ``config.yaml``.
     open_world : bool or None
         Allow test classes unseen in train (left out of the metrics); None reads ``config.yaml``.
+    train_concepts : {"auto", "cross-fitted", "in-sample", "independent"}
+        Training vectors of the saved heads and of the main table (:mod:`cbm.heads.train_concepts`);
+        ``auto``: cross-fitted when ``concepts/train_crossfit.npz`` exists, else in-sample.
+    compare_train_concepts : bool
+        Also fit every head on the other available sources (metrics only, not saved), for the
+        table "heads by training concepts".
 
     Returns
     -------
@@ -204,22 +238,15 @@ def fit_head(
         "calibrated": {s: calibrator.transform(t.probs, t.concept_names) for s, t in tables.items()},
     }
     y_train, y_test = class_names[train.y], class_names[test.y[seen]]
-
-    results: dict = {name: {} for name in names}
-    for kind in INPUTS:
-        X_train, X_test = inputs[kind]["train"], inputs[kind]["test"][seen]
-        for name in names:
-            options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
-                       if name == "lr-restricted" else {})
-            start = time.perf_counter()
-            head = make_head(name, seed=seed, **options).fit(X_train, y_train, concept_names)
-            fit_seconds = time.perf_counter() - start
-            metrics = evaluate_head(head, X_test, y_test, concept_names)
-            folder = head.save(out / "head" / name / kind)
-            atomic_write_text(folder / "rules.md", f"<!-- inputs: {kind} concept probabilities -->\n"
-                              + head.describe())
-            results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
-            log.info("%s (%s): test accuracy %.4f", name, kind, metrics["accuracy"])
+    crossfit = crossfit_table(concepts, train)
+    main = resolve_train_concepts(train_concepts, crossfit is not None)
+    sources = [main] + [s for s in TRAIN_CONCEPTS if compare_train_concepts and s != main
+                        and (s != "cross-fitted" or crossfit is not None)]
+    X_test = {kind: inputs[kind]["test"][seen] for kind in INPUTS}
+    compared = {source: _fit_heads(names, train_inputs(source, train, crossfit, calibrator), X_test, y_train,
+                                   y_test, concept_names, seed, out if source == main else None, source)
+                for source in sources}
+    results = compared[main]
 
     entry = {
         "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),
@@ -229,7 +256,10 @@ def fit_head(
         "n": {**{s: t.n_samples for s, t in tables.items()}, "test_unseen_class_rows": int((~seen).sum())},
         "calibration": {**_calibration_summary(tables, inputs["calibrated"]),
                         "map_kinds": dict(Counter(calibrator.kinds_))},
-        "heads": results,
+        "heads": results, "train_concepts": main,
+        "train_concepts_compared": {
+            src: {h: {k: {m: r[h][k][m] for m in ("accuracy", "aurc", "ece")} for k in INPUTS} for h in names}
+            for src, r in compared.items()},
     }
     doc["fit_head"] = entry
     atomic_write_text(metrics_path, json.dumps(doc, indent=1) + "\n")
@@ -256,6 +286,11 @@ def fit_head_parser() -> ArgumentParser:
                         help="paper values to print beside ours ('auto': from the run's config.yaml)")
     parser.add_argument("--open-world", type=bool | None, default=None,
                         help="allow test classes unseen in train (default: the run config's data.fold)")
+    parser.add_argument("--train-concepts", type=Literal["auto", *TRAIN_CONCEPTS], default="auto",
+                        help="training vectors of the heads: 'auto' = cross-fitted when the run has "
+                             "concepts/train_crossfit.npz, else in-sample; 'independent' = true concepts")
+    parser.add_argument("--compare-train-concepts", type=bool, default=True,
+                        help="also fit the heads on the other training-concept sources (reported only)")
     return parser
 
 
@@ -273,7 +308,8 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         fit_head(cfg.run or cfg.concepts, cfg.out or cfg.run, heads=[h.strip() for h in heads],
-                 seed=cfg.seed, dataset=cfg.dataset, open_world=cfg.open_world)
+                 seed=cfg.seed, dataset=cfg.dataset, open_world=cfg.open_world,
+                 train_concepts=cfg.train_concepts, compare_train_concepts=cfg.compare_train_concepts)
     except (FileNotFoundError, ValueError) as err:
         raise SystemExit(f"fit-head: error: {err}") from err
     out = Path(cfg.out or cfg.run)
