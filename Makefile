@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean-venv
+.PHONY: demo test lint notebook clean-venv
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,14 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# JupyterLab (the `notebook` extra) for notebooks/inspect_rules.ipynb; `make demo` first makes runs/demo.
+$(VENV)/.notebook: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[dev,notebook]"
+	touch $(VENV)/.notebook
+
+notebook: $(VENV)/.notebook
+	$(BIN)/jupyter lab notebooks/inspect_rules.ipynb
 
 clean-venv:
 	rm -rf $(VENV)

@@ -196,8 +196,10 @@ def run_console_script(name: str, argv: Sequence[str]) -> None:
     next(iter(found)).load()(list(argv))
 
 
-def step_commands(out: Path, profile: DemoProfile, resume_detector: bool = False) -> dict[str, list[str]]:
-    """The argv of each step for output folder ``out`` (config paths relative to the working folder)."""
+def step_commands(out: Path, profile: DemoProfile, resume_detector: bool = False,
+                  threads: int | None = None) -> dict[str, list[str]]:
+    """The argv of each step for output folder ``out`` (config paths relative to the working folder);
+    ``threads`` adds ``--threads N`` to the console scripts."""
     def paths(args: Sequence[str]) -> list[str]:
         return [os.path.relpath(REPO_ROOT / a) if i and args[i - 1] == "--config" else a
                 for i, a in enumerate(args)]
@@ -210,6 +212,8 @@ def step_commands(out: Path, profile: DemoProfile, resume_detector: bool = False
     }
     if resume_detector:
         cmds["detector"] += ["--ckpt-path", "last"]
+    for step in _SCRIPTS if threads is not None else ():
+        cmds[step] += ["--threads", str(threads)]
     return cmds
 
 
@@ -218,6 +222,7 @@ def _shell(step: str, argv: Sequence[str]) -> str:
 
 
 def run_demo(out: str | os.PathLike = "runs/demo", profile: DemoProfile = DEMO, *, fresh: bool = False,
+             threads: int | None = None,
              runner: Callable[[str, Sequence[str]], None] = run_console_script,
              say: Callable[[str], None] = print) -> Path:
     """Run (or resume) the demo into ``out`` and return the path of its ``report.md``.
@@ -230,6 +235,8 @@ def run_demo(out: str | os.PathLike = "runs/demo", profile: DemoProfile = DEMO, 
         :data:`DEMO` or :data:`TINY`.
     fresh : bool
         Discard an unfinished run instead of resuming it.
+    threads : int, optional
+        ``--threads`` of every console script (default: each sets the cores the process may use).
     runner : callable
         ``runner(script_name, argv)`` runs one console script (default :func:`run_console_script`).
     say : callable
@@ -247,7 +254,8 @@ def run_demo(out: str | os.PathLike = "runs/demo", profile: DemoProfile = DEMO, 
     out = Path(out)
     state = prepare_run_dir(out, fingerprint(profile), fresh, say)
     last = out / "detector" / "checkpoints" / "last.ckpt"
-    cmds = step_commands(out, profile, resume_detector="detector" not in state["done"] and last.is_file())
+    cmds = step_commands(out, profile, resume_detector="detector" not in state["done"] and last.is_file(),
+                         threads=threads)
     shown = step_commands(out, profile)
     for i, step in enumerate(STEPS, 1):
         if step in state["done"]:

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ferl._splitter import GAIN_CCI, GAIN_GINI, best_fixed_split, best_learned_split
-from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree, membership
+from ferl._binning import bin_features
+from ferl._splitter import GAIN_CCI, GAIN_GINI, best_fixed_split, best_learned_split, split_rows
+from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
 
 __all__ = ["GrowthSettings", "grow_tree"]
 
@@ -48,47 +49,66 @@ def _class_distribution(y, w, n_classes):
 
 
 class _Grower:
-    """Holds the per-fit precomputations: presorted features, bootstrap multiplicities, partitions."""
+    """Per-fit precomputations and per-node work of the split search.
+
+    Holds the feature-major inputs, the bin codes (`ferl._binning`), the bootstrap multiplicities
+    and the fixed partitions. A node is represented by its active rows (non-zero firing) and their
+    firing x sample weight, so a node costs O(active rows) in time and memory.
+    """
 
     def __init__(self, X, y, sample_weight, n_classes, settings: GrowthSettings, rng, sets):
-        self.X = X
         self.y = y
-        self.sw = sample_weight
         self.n_classes = n_classes
         self.s = settings
         self.total = float(sample_weight.sum())
         self.crit = GAINS[settings.gain]
         self.sets = sets
+        self.xt = np.ascontiguousarray(X.T)
+        positive = np.flatnonzero(sample_weight > 0)
+        self.root = (positive, sample_weight[positive])
         if settings.partition == "learned":
             # Resamples are drawn over the positive-weight rows only, so zero-weight rows are
             # exactly equivalent to absent rows.
             n = X.shape[0]
-            positive = np.flatnonzero(sample_weight > 0)
-            self.order = np.ascontiguousarray(np.argsort(X, axis=0, kind="stable").T)
-            self.mult = np.empty((settings.n_bootstrap, n))
+            self.bins = bin_features(self.xt, positive)
+            self.mult = np.empty((n, settings.n_bootstrap), dtype=np.uint16)
             for b in range(settings.n_bootstrap):
                 draws = positive[rng.integers(0, len(positive), len(positive))]
-                self.mult[b] = np.bincount(draws, minlength=n)
-            span = X[positive].max(axis=0) - X[positive].min(axis=0)
+                self.mult[:, b] = np.bincount(draws, minlength=n)
+            top = self.bins.high[np.arange(X.shape[1]), self.bins.n_bins - 1]
+            span = top - self.bins.low[:, 0]
             self.min_width = np.maximum(settings.min_width * span, np.finfo(np.float64).tiny)
 
-    def candidate(self, w, allowed) -> _Candidate | None:
+    def candidate(self, rows, w, allowed) -> _Candidate | None:
+        """Best split of the node with active ``rows`` and weights ``w``, or None."""
         s = self.s
         if s.partition == "learned":
+            b = self.bins
             f, theta, h, gain = best_learned_split(
-                self.X, self.y, w, self.order, self.mult, self.n_classes, s.width_factor,
-                self.min_width, self.crit, self.total, s.min_leaf,
+                b.codes, b.low, b.high, self.xt, self.y, rows, w, self.mult, self.n_classes,
+                s.width_factor, self.min_width, self.crit, self.total, s.min_leaf,
             )
             if f < 0 or not np.isfinite(gain):
                 return None
             inf = np.inf
             return _Candidate(int(f), -1, (-inf, -inf, theta - h, theta + h), theta, h, gain)
         f, k, gain = best_fixed_split(
-            self.X, self.y, w, self.sets, allowed, self.n_classes, self.crit, self.total, s.min_leaf
+            self.xt, self.y, rows, w, self.sets, allowed, self.n_classes, self.crit, self.total,
+            s.min_leaf,
         )
         if f < 0 or not np.isfinite(gain):
             return None
         return _Candidate(int(f), int(k), tuple(self.sets[f, k]), np.nan, np.nan, gain)
+
+    def split(self, rows, w, cand: _Candidate):
+        """Children's ``(rows, weights)`` (left "f is S", right "f is not S") and the node's
+        observed range ``(lo, hi)`` of the split feature."""
+        lr, lw, rr, rw, lo, hi = split_rows(self.xt[cand.feature], rows, w, *cand.trap)
+        return (lr, lw), (rr, rw), lo, hi
+
+    def distribution(self, rows, w):
+        """Class distribution and soft weight of a node."""
+        return _class_distribution(self.y[rows], w, self.n_classes)
 
 
 def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, sets=None):
@@ -122,18 +142,17 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
     tree = FuzzyTree(n_classes=n_classes)
     value, weight = _class_distribution(y, sample_weight, n_classes)
     tree.add_node(-1, 0, value, weight)
-    firing = {0: sample_weight.copy()}  # node -> firing x sample weight, for open leaves
+    firing = {0: grower.root}  # open leaf -> (active rows, firing x sample weight)
     n_sets = 0 if sets is None else sets.shape[1]
     allowed = {0: np.ones((X.shape[1], n_sets), dtype=bool)}  # open fixed sets per open leaf
     heap: list = []
 
     def consider(node: int) -> None:
-        w = firing[node]
         if tree.depth[node] >= settings.max_depth or tree.value[node].max() >= 1.0:
             return
         if tree.weight[node] < 2.0 * settings.min_leaf:
             return
-        cand = grower.candidate(w, allowed[node])
+        cand = grower.candidate(*firing[node], allowed[node])
         if cand is not None:
             heapq.heappush(heap, (-cand.gain, node, cand))
 
@@ -146,14 +165,11 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
             non_improving += 1
             if non_improving > settings.patience:
                 break
-        w = firing.pop(node)
+        rows, w = firing.pop(node)
         child_allowed = allowed.pop(node).copy()
         if cand.fuzzy_set >= 0:
             child_allowed[cand.feature, cand.fuzzy_set] = False
-        active = w > 0
-        x = X[:, cand.feature]
-        mu = np.zeros_like(w)
-        mu[active] = membership(np.ascontiguousarray(x[active]), *cand.trap)
+        left, right, lo, hi = grower.split(rows, w, cand)
         tree.feature[node] = cand.feature
         tree.kind[node] = SPLIT_FIXED if cand.fuzzy_set >= 0 else SPLIT_LEARNED
         tree.fuzzy_set[node] = cand.fuzzy_set
@@ -161,14 +177,14 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
         tree.threshold[node] = cand.threshold
         tree.half_width[node] = cand.half_width
         tree.gain[node] = cand.gain
-        tree.lo[node] = float(x[active].min())
-        tree.hi[node] = float(x[active].max())
+        tree.lo[node] = lo
+        tree.hi[node] = hi
         depth = tree.depth[node] + 1
-        for side, child_w in (("left", w * mu), ("right", w * (1.0 - mu))):
-            value, weight = _class_distribution(y, child_w, n_classes)
+        for side, child_samples in (("left", left), ("right", right)):
+            value, weight = grower.distribution(*child_samples)
             child = tree.add_node(node, depth, value, weight)
             getattr(tree, side)[node] = child
-            firing[child] = child_w
+            firing[child] = child_samples
             allowed[child] = child_allowed
             consider(child)
         n_leaves += 1

@@ -23,6 +23,8 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     """Write the fitted ``est`` to ``path/model.json`` + ``path/model.npz`` (atomic); returns ``path``."""
     arrays = {f"tree_{k}": getattr(est.tree_, k) for k in FuzzyTree.SAVED_FIELDS}
     arrays["feature_range"] = est.feature_range_
+    if est.rule_alone_ is not None:
+        arrays["rule_alone"] = est.rule_alone_
     if est.partitions_ is not None:
         arrays["partitions"] = est.partitions_
     classes = est.classes_
@@ -82,6 +84,7 @@ def load_classifier(cls, path: str | os.PathLike):
     _check_loaded(path, est, tree, meta, arrays)
     est.tree_ = tree
     est.n_rules_ = int(tree.is_leaf.sum())
+    est.rule_alone_ = arrays.get("rule_alone")  # None in files saved before it was recorded
     return est
 
 
@@ -112,3 +115,7 @@ def _check_loaded(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> None:
     problem = tree.structure_problem(d)
     if problem:
         fail(problem)
+    alone = arrays.get("rule_alone")
+    if alone is not None and (alone.shape != (int(tree.is_leaf.sum()),)
+                              or not ((alone >= 0) & (alone <= 1)).all()):
+        fail("rule_alone is not one share in [0, 1] per rule")

@@ -1,8 +1,10 @@
 """Split search kernels (numba): bootstrapped fuzzy cuts, fixed partitions, WGI and CCI gains.
 
-Paper section 3.1 and appendix B. Features are presorted once per fit; a node only filters the global
-order to its active samples (non-zero firing), which preserves it, so no node re-sorts. The B bootstrap
-resamples are multiplicity vectors drawn once per fit; a resample changes sample weights, not order.
+Paper section 3.1 and appendix B. A node is its active rows (non-zero firing) and their weights;
+its cost is O(active rows), never O(training rows). Features are binned once per fit
+(`ferl._binning`) and a node orders its rows by bin with a counting sort, so no node sorts. The B
+bootstrap resamples are multiplicity vectors drawn once per fit; a resample changes sample weights,
+not order.
 """
 
 from __future__ import annotations
@@ -10,12 +12,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ferl._tree import trapezoid
+from ferl._binning import MAX_BINS
+from ferl._membership import trapezoid
 
-__all__ = ["GAIN_GINI", "GAIN_CCI", "best_learned_split", "best_fixed_split", "split_gain"]
+__all__ = ["GAIN_GINI", "GAIN_CCI", "TIE_TOL", "best_learned_split", "best_fixed_split", "split_gain",
+           "split_rows"]
 
 GAIN_GINI = 0
 GAIN_CCI = 1
+#: Relative tolerance of float comparisons that rounding must not decide: two crisp-cut scores
+#: within it are a tie (the first cut wins), a child's weight within it of ``min_leaf`` is enough.
+TIE_TOL = 1e-12
 
 
 @njit(cache=True)
@@ -40,7 +47,8 @@ def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_l
     total_weight : float
         Root soft weight, so gains are comparable across nodes.
     min_leaf : float
-        Minimum soft weight of each child; below it the gain is ``-inf``.
+        Minimum soft weight of each child; below it (by more than a relative `TIE_TOL`, so that
+        the order of a sum never decides) the gain is ``-inf``.
 
     Returns
     -------
@@ -57,7 +65,8 @@ def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_l
     sl = wl.sum()
     st = wt.sum()
     sr = st - sl
-    if sl < min_leaf or sr < min_leaf or st <= 0.0:
+    floor = min_leaf * (1.0 - TIE_TOL)
+    if sl < floor or sr < floor or st <= 0.0:
         return -np.inf
     if criterion == GAIN_CCI:
         return (wl.max() + wr.max() - wt.max()) / total_weight
@@ -70,129 +79,195 @@ def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_l
 
 
 @njit(cache=True)
-def _best_crisp_cut(xs, ys, ws, n_classes):
-    """Gini-optimal crisp cut of one weighted, sorted sample; NaN when no cut separates weight."""
-    total = np.zeros(n_classes)
-    for i in range(xs.shape[0]):
-        total[ys[i]] += ws[i]
-    wsum = total.sum()
-    left = np.zeros(n_classes)
-    wl = 0.0
-    best = -1.0
-    cut = np.nan
-    for i in range(xs.shape[0] - 1):
-        w = ws[i]
-        if w != 0.0:
-            left[ys[i]] += w
-            wl += w
-        if xs[i] == xs[i + 1] or wl <= 0.0:
-            continue
-        wr = wsum - wl
-        if wr <= 1e-12 * wsum:
-            break
-        score = 0.0
-        for k in range(n_classes):
-            r = total[k] - left[k]
-            score += left[k] * left[k] / wl + r * r / wr
-        if score > best:
-            best = score
-            cut = 0.5 * (xs[i] + xs[i + 1])
-    return cut
+def _local_classes(y, rows, n_classes):
+    """Node-local class ids ``0..n_local-1`` of the active rows (order of first appearance)."""
+    local = np.full(n_classes, -1, dtype=np.int64)
+    ys = np.empty(rows.shape[0], dtype=np.int64)
+    n_local = 0
+    for j in range(rows.shape[0]):
+        k = y[rows[j]]
+        if local[k] < 0:
+            local[k] = n_local
+            n_local += 1
+        ys[j] = local[k]
+    return ys, n_local
 
 
 @njit(cache=True)
-def _active_order(order_f, active):
-    m = 0
-    for j in range(order_f.shape[0]):
-        if active[order_f[j]]:
-            m += 1
-    idx = np.empty(m, dtype=np.int64)
-    m = 0
-    for j in range(order_f.shape[0]):
-        if active[order_f[j]]:
-            idx[m] = order_f[j]
-            m += 1
-    return idx
+def _bootstrap_totals(ys, w, mult_node, n_local):
+    """Class totals ``T[k, b]``, total weights ``W[b]`` and ``sum_k T[k, b]^2`` of every resample."""
+    n_boot = mult_node.shape[1]
+    totals = np.zeros((n_local, n_boot))
+    for j in range(ys.shape[0]):
+        for b in range(n_boot):
+            totals[ys[j], b] += w[j] * mult_node[j, b]
+    wsum = np.zeros(n_boot)
+    sq = np.zeros(n_boot)
+    for k in range(n_local):
+        for b in range(n_boot):
+            wsum[b] += totals[k, b]
+            sq[b] += totals[k, b] * totals[k, b]
+    return totals, wsum, sq
 
 
 @njit(cache=True)
-def best_learned_split(X, y, w, order, mult, n_classes, width_factor, min_width, criterion,
-                       total_weight, min_leaf):
+def _bin_order(codes_f, rows):
+    """Counting sort of the node's rows by bin: (positions in bin order, bin starts, bins)."""
+    count = np.zeros(MAX_BINS + 1, dtype=np.int64)
+    for j in range(rows.shape[0]):
+        count[codes_f[rows[j]] + 1] += 1
+    n_used = 0
+    for t in range(1, MAX_BINS + 1):
+        if count[t] > 0:
+            n_used += 1
+        count[t] += count[t - 1]
+    used = np.empty(n_used, dtype=np.int64)
+    u = 0
+    for t in range(MAX_BINS):
+        if count[t + 1] > count[t]:
+            used[u] = t
+            u += 1
+    start = count[:MAX_BINS].copy()
+    perm = np.empty(rows.shape[0], dtype=np.int64)
+    for j in range(rows.shape[0]):
+        c = codes_f[rows[j]]
+        perm[count[c]] = j
+        count[c] += 1
+    return perm, start, used
+
+
+@njit(cache=True)
+def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, wsum, sq_total):
+    """Gini-optimal crisp cut of every bootstrap resample, in one sweep over the bins.
+
+    Maximises ``sum_k L_k^2 / W_L + R_k^2 / W_R`` (the weighted Gini decrease) over the cuts
+    between consecutive occupied bins, at ``(high[t] + low[t']) / 2``. The sums of squares of the
+    left and right class weights are updated in O(1) per moved sample
+    (``(L + v)^2 = L^2 + v (2 L + v)``), so the sweep costs O(m B + bins B), with no factor of the
+    number of classes. Scores within a relative `TIE_TOL` are ties and the lowest cut wins.
+
+    Returns
+    -------
+    cuts : ndarray of shape (n_valid,), the cut of every resample that has one.
+    """
+    n_boot = mult_node.shape[1]
+    left = np.zeros(totals.shape)
+    sq_left = np.zeros(n_boot)
+    sq_right = sq_total.copy()
+    wl = np.zeros(n_boot)
+    best = np.full(n_boot, -1.0)
+    cut = np.full(n_boot, np.nan)
+    for u in range(used.shape[0] - 1):
+        t = used[u]
+        for pos in range(start[t], start[used[u + 1]]):
+            j = perm[pos]
+            k = ys[j]
+            wj = w[j]
+            for b in range(n_boot):
+                v = wj * mult_node[j, b]
+                lk = left[k, b]
+                sq_left[b] += v * (2.0 * lk + v)
+                sq_right[b] += v * (v - 2.0 * (totals[k, b] - lk))
+                left[k, b] = lk + v
+                wl[b] += v
+        here = 0.5 * (high_f[t] + low_f[used[u + 1]])
+        for b in range(n_boot):
+            wr = wsum[b] - wl[b]
+            if wl[b] <= 0.0 or wr <= 1e-12 * wsum[b]:
+                continue
+            score = sq_left[b] / wl[b] + sq_right[b] / wr
+            if score > best[b] * (1.0 + TIE_TOL):
+                best[b] = score
+                cut[b] = here
+    return cut[~np.isnan(cut)]
+
+
+@njit(cache=True)
+def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_factor, min_width,
+                       criterion, total_weight, min_leaf):
     """Best learned fuzzy split of one node (paper eq. 1-2, appendix B).
 
     For every feature, each of the B bootstrap resamples gives its Gini-optimal crisp cut ``c_b``
-    (one sweep over the presorted active samples with weights ``w x multiplicity``);
-    ``theta = median_b c_b`` and ``h = max(width_factor * MAD, min_width[f])``. The resulting fuzzy
-    split is scored on the node's (non-resampled) weights with `split_gain`.
+    (one sweep over the node's rows in bin order with weights ``w x multiplicity``, see
+    `_bootstrap_cuts`); ``theta = median_b c_b`` and ``h = max(width_factor * MAD, min_width[f])``.
+    The fuzzy split is scored on the node's (non-resampled) weights and raw values with
+    `split_gain`. Cuts are exact to the bin resolution (`ferl._binning`): on a feature with at most
+    255 distinct training values they are those of a search over the sorted values.
 
     Parameters
     ----------
-    X : ndarray of shape (n, d), float64
+    codes : ndarray of shape (d, n), uint8
+        Bin of every training row (`ferl._binning.BinnedFeatures`).
+    low, high : ndarray of shape (d, MAX_BINS), float64
+        Value range of every bin.
+    xt : ndarray of shape (d, n), float64
+        Raw training values, feature-major.
     y : ndarray of shape (n,), int64
-    w : ndarray of shape (n,), float64
-        Node firing x sample weight; samples with ``w == 0`` are inactive.
-    order : ndarray of shape (d, n), int64
-        Argsort of each feature over all training samples (computed once per fit).
-    mult : ndarray of shape (B, n), float64
-        Bootstrap multiplicities.
+        Encoded labels in ``[0, n_classes)``.
+    rows : ndarray of shape (m,), int64
+        The node's active rows (non-zero firing).
+    w : ndarray of shape (m,), float64
+        Firing x sample weight of the active rows (> 0).
+    mult : ndarray of shape (n, B), uint16
+        Bootstrap multiplicities of every row.
     width_factor : float
         gamma of eq. 2.
     min_width : ndarray of shape (d,), float64
         Documented minimum half-width per feature (guards h = 0).
+    criterion, total_weight, min_leaf
+        As in `split_gain`.
 
     Returns
     -------
     feature : int (-1 when no admissible split)
     theta, h, gain : float
     """
-    n_boot = mult.shape[0]
-    active = w > 0.0
+    d = xt.shape[0]
+    n_boot = mult.shape[1]
+    m = rows.shape[0]
+    ys, n_local = _local_classes(y, rows, n_classes)
+    mult_node = np.empty((m, n_boot), dtype=mult.dtype)
+    for j in range(m):
+        mult_node[j] = mult[rows[j]]
+    totals, wsum, sq_total = _bootstrap_totals(ys, w, mult_node, n_local)
+    thetas = np.full(d, np.nan)
+    widths = np.full(d, np.nan)
+    gains = np.full(d, -np.inf)
+    for f in range(d):
+        perm, start, used = _bin_order(codes[f], rows)
+        if used.shape[0] < 2:
+            continue
+        cuts = _bootstrap_cuts(perm, start, used, low[f], high[f], ys, w, mult_node, totals, wsum,
+                               sq_total)
+        if cuts.shape[0] == 0:
+            continue
+        theta = np.median(cuts)
+        h = max(width_factor * np.median(np.abs(cuts - theta)), min_width[f])
+        xs = np.empty(m)
+        for j in range(m):
+            xs[j] = xt[f, rows[j]]
+        thetas[f] = theta
+        widths[f] = h
+        gains[f] = split_gain(xs, ys, w, -np.inf, -np.inf, theta - h, theta + h, n_local,
+                              criterion, total_weight, min_leaf)
     best_f = -1
-    best_theta = np.nan
-    best_h = np.nan
     best_gain = -np.inf
-    cuts = np.empty(n_boot)
-    for f in range(X.shape[1]):
-        idx = _active_order(order[f], active)
-        m = idx.shape[0]
-        if m < 2:
-            continue
-        xs = X[idx, f]
-        if xs[0] == xs[m - 1]:
-            continue
-        ys = y[idx]
-        ws = w[idx]
-        wb = np.empty(m)
-        n_valid = 0
-        for b in range(n_boot):
-            for j in range(m):
-                wb[j] = ws[j] * mult[b, idx[j]]
-            cut = _best_crisp_cut(xs, ys, wb, n_classes)
-            if not np.isnan(cut):
-                cuts[n_valid] = cut
-                n_valid += 1
-        if n_valid == 0:
-            continue
-        valid = cuts[:n_valid]
-        theta = np.median(valid)
-        h = max(width_factor * np.median(np.abs(valid - theta)), min_width[f])
-        gain = split_gain(xs, ys, ws, -np.inf, -np.inf, theta - h, theta + h, n_classes,
-                          criterion, total_weight, min_leaf)
-        if gain > best_gain:
-            best_gain = gain
+    for f in range(d):
+        if gains[f] > best_gain:
+            best_gain = gains[f]
             best_f = f
-            best_theta = theta
-            best_h = h
-    return best_f, best_theta, best_h, best_gain
+    if best_f < 0:
+        return -1, np.nan, np.nan, best_gain
+    return best_f, thetas[best_f], widths[best_f], best_gain
 
 
 @njit(cache=True)
-def best_fixed_split(X, y, w, sets, allowed, n_classes, criterion, total_weight, min_leaf):
+def best_fixed_split(xt, y, rows, w, sets, allowed, n_classes, criterion, total_weight, min_leaf):
     """Best ``(feature, fuzzy set)`` among fixed partitions (compact variant).
 
     Parameters
     ----------
-    X, y, w : as in `best_learned_split`.
+    xt, y, rows, w : as in `best_learned_split`.
     sets : ndarray of shape (d, n_sets, 4), float64
         Trapezoids of each feature's fixed fuzzy sets (low / medium / high).
     allowed : ndarray of shape (d, n_sets), bool
@@ -204,22 +279,76 @@ def best_fixed_split(X, y, w, sets, allowed, n_classes, criterion, total_weight,
     feature, fuzzy_set : int (-1 when no admissible split)
     gain : float
     """
-    active = np.flatnonzero(w > 0.0)
-    ys = y[active]
-    ws = w[active]
+    ys = y[rows]
+    xs = np.empty(rows.shape[0])
     best_f = -1
     best_s = -1
     best_gain = -np.inf
-    for f in range(X.shape[1]):
-        xs = X[active, f]
+    for f in range(xt.shape[0]):
+        for j in range(rows.shape[0]):
+            xs[j] = xt[f, rows[j]]
         for s in range(sets.shape[1]):
             if not allowed[f, s]:
                 continue
             t = sets[f, s]
-            gain = split_gain(xs, ys, ws, t[0], t[1], t[2], t[3], n_classes, criterion,
+            gain = split_gain(xs, ys, w, t[0], t[1], t[2], t[3], n_classes, criterion,
                               total_weight, min_leaf)
             if gain > best_gain:
                 best_gain = gain
                 best_f = f
                 best_s = s
     return best_f, best_s, best_gain
+
+
+@njit(cache=True)
+def split_rows(xt_f, rows, w, a, b, c, d):
+    """Active rows and weights of both children of a split, and the parent's observed range.
+
+    Parameters
+    ----------
+    xt_f : ndarray of shape (n,), float64
+        The split feature's training values.
+    rows : ndarray of shape (m,), int64
+    w : ndarray of shape (m,), float64
+        The parent's firing x sample weight on ``rows`` (> 0).
+    a, b, c, d : float
+        Trapezoid of the left child's fuzzy set.
+
+    Returns
+    -------
+    left_rows, left_w, right_rows, right_w : ndarrays
+        Rows where ``w mu > 0`` (left) or ``w (1 - mu) > 0`` (right), with those weights.
+    lo, hi : float
+        Smallest and largest split-feature value over ``rows``.
+    """
+    m = rows.shape[0]
+    mu = np.empty(m)
+    n_left = 0
+    n_right = 0
+    lo = np.inf
+    hi = -np.inf
+    for j in range(m):
+        x = xt_f[rows[j]]
+        lo = min(lo, x)
+        hi = max(hi, x)
+        mu[j] = trapezoid(x, a, b, c, d)
+        n_left += w[j] * mu[j] > 0.0
+        n_right += w[j] * (1.0 - mu[j]) > 0.0
+    left_rows = np.empty(n_left, dtype=np.int64)
+    left_w = np.empty(n_left)
+    right_rows = np.empty(n_right, dtype=np.int64)
+    right_w = np.empty(n_right)
+    n_left = 0
+    n_right = 0
+    for j in range(m):
+        v = w[j] * mu[j]
+        if v > 0.0:
+            left_rows[n_left] = rows[j]
+            left_w[n_left] = v
+            n_left += 1
+        v = w[j] * (1.0 - mu[j])
+        if v > 0.0:
+            right_rows[n_right] = rows[j]
+            right_w[n_right] = v
+            n_right += 1
+    return left_rows, left_w, right_rows, right_w, lo, hi

@@ -1,11 +1,11 @@
-"""Flat-array fuzzy tree and its numba firing kernel.
+"""Flat-array fuzzy tree: the fitted node arrays and the per-tree operations on them.
 
 A fitted FERL tree is a set of parallel arrays, one row per node, in creation order (a parent always
 precedes its children). Every internal node tests one feature with one fuzzy set given as a
 trapezoid ``(a, b, c, d)``: the left child receives the membership ``mu(x_f)`` ("f is S") and the
 right child ``1 - mu(x_f)`` ("f is not S"). A learned split "x_f <= theta +- h" (paper eq. 1) is the
 trapezoid ``(-inf, -inf, theta - h, theta + h)``; the fixed low / medium / high partitions of the
-compact variant are ordinary trapezoids. One membership kernel therefore serves both kinds.
+compact variant are ordinary trapezoids (`ferl._membership`). Firing is in `ferl._firing`.
 """
 
 from __future__ import annotations
@@ -13,106 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
-__all__ = ["FuzzyTree", "trapezoid", "membership", "node_firing", "support_gate"]
+from ferl._firing import Firing, sparse_firing
+from ferl._membership import membership, support_gate, trapezoid
+
+__all__ = ["FuzzyTree", "trapezoid", "membership", "support_gate"]
 
 NO_CHILD = -1
 SPLIT_LEARNED = 0
 SPLIT_FIXED = 1
-
-
-@njit(cache=True, inline="always")
-def trapezoid(x: float, a: float, b: float, c: float, d: float) -> float:
-    """Membership of ``x`` in the trapezoid ``(a, b, c, d)``, a value in [0, 1].
-
-    1 on ``[b, c]``, linear ramps on ``[a, b]`` and ``[c, d]``, 0 outside ``[a, d]``. Infinite
-    ``a = b = -inf`` (or ``c = d = +inf``) give a shoulder; a degenerate ramp (``a == b``) is a step.
-    Implements paper eq. 1 for ``(-inf, -inf, theta - h, theta + h)``.
-    """
-    if x < a:
-        return 0.0
-    if x < b:
-        return (x - a) / (b - a)
-    if x <= c:
-        return 1.0
-    if x < d:
-        return (d - x) / (d - c)
-    return 0.0
-
-
-@njit(cache=True)
-def membership(xs, a, b, c, d):
-    """`trapezoid` over an array: ndarray of shape (m,) float64 in [0, 1]."""
-    out = np.empty(xs.shape[0])
-    for i in range(xs.shape[0]):
-        out[i] = trapezoid(xs[i], a, b, c, d)
-    return out
-
-
-@njit(cache=True, inline="always")
-def support_gate(x: float, lo: float, hi: float, margin: float) -> float:
-    """Bounded-support gate of paper section 3.1 / appendix A.2, a value in [0, 1].
-
-    1 on the observed range ``[lo, hi]`` (edges included), linear decay to 0 over ``margin`` on each
-    side, 0 beyond. ``margin`` must be > 0.
-    """
-    if x < lo:
-        g = 1.0 - (lo - x) / margin
-    elif x > hi:
-        g = 1.0 - (x - hi) / margin
-    else:
-        return 1.0
-    return g if g > 0.0 else 0.0
-
-
-@njit(cache=True)
-def node_firing(X, feature, trap, left, right, lo, hi, margin, gates):
-    """Firing strength of every node for every sample.
-
-    Parameters
-    ----------
-    X : ndarray of shape (n_samples, n_features), float64
-    feature : ndarray of shape (n_nodes,), int64
-        Split feature of each node, -1 for leaves.
-    trap : ndarray of shape (n_nodes, 4), float64
-        Trapezoid of the left child's fuzzy set.
-    left, right : ndarray of shape (n_nodes,), int64
-        Children, -1 for leaves.
-    lo, hi, margin : ndarray of shape (n_nodes,), float64
-        Observed training range of the split feature at the node and the gate margin.
-    gates : bool
-        Apply the bounded-support gates (paper section 3.1).
-
-    Returns
-    -------
-    phi : ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
-        Firing reaching each node (root = 1), after the gates of its ancestors.
-    lost : ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
-        ``phi_o (1 - gamma_o)``: routing mass lost at each internal node (appendix eq. 8); 0 at leaves.
-    """
-    n = X.shape[0]
-    n_nodes = feature.shape[0]
-    phi = np.zeros((n, n_nodes))
-    lost = np.zeros((n, n_nodes))
-    for i in range(n):
-        phi[i, 0] = 1.0
-        for o in range(n_nodes):
-            f = feature[o]
-            if f < 0:
-                continue
-            p = phi[i, o]
-            if p == 0.0:
-                continue
-            x = X[i, f]
-            if gates:
-                g = support_gate(x, lo[o], hi[o], margin[o])
-                lost[i, o] = p * (1.0 - g)
-                p = p * g
-            m = trapezoid(x, trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3])
-            phi[i, left[o]] = p * m
-            phi[i, right[o]] = p * (1.0 - m)
-    return phi, lost
 
 
 @dataclass
@@ -229,15 +138,38 @@ class FuzzyTree:
         width = np.nan_to_num(self.hi - self.lo, nan=0.0)
         return np.maximum(margin_factor * width, min_margin[feat])
 
+    def derived(self, name: str, inputs: tuple, compute):
+        """``compute()``, kept on the tree while ``inputs`` are unchanged (arrays by identity,
+        other values by equality), so inference does not redo per-tree work on every call.
+
+        The fitted arrays are never changed in place; replacing one (as fitting or loading does)
+        invalidates what was derived from it.
+        """
+        cache = self.__dict__.setdefault("_derived", {})
+        hit = cache.get(name)
+        if hit is not None and len(hit[0]) == len(inputs) and all(
+                a is b if isinstance(a, np.ndarray) else a == b
+                for a, b in zip(hit[0], inputs, strict=True)):
+            return hit[1]
+        value = compute()
+        cache[name] = (inputs, value)
+        return value
+
+    def sparse_firing(self, X: np.ndarray, gates: bool, margin: np.ndarray) -> Firing:
+        """Sparse firings of the rows of ``X`` (n, n_features); see `sparse_firing`."""
+        lo, hi, trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
+            np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        return Firing(*sparse_firing(
+            X, self.feature, trap, self.left, self.right, lo, hi,
+            np.ascontiguousarray(margin, dtype=np.float64), gates,
+        ), n_samples=X.shape[0])
+
     def firing(self, X: np.ndarray, gates: bool, margin: np.ndarray):
-        """Firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see `node_firing`."""
-        lo = np.nan_to_num(self.lo, nan=0.0)
-        hi = np.nan_to_num(self.hi, nan=0.0)
-        trap = np.nan_to_num(self.trap, nan=0.0)
-        return node_firing(
-            np.ascontiguousarray(X, dtype=np.float64), self.feature, trap, self.left, self.right,
-            lo, hi, margin, gates,
-        )
+        """Dense firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see
+        `sparse_firing`. Memory grows as n x n_nodes: batch large inputs."""
+        fired = self.sparse_firing(X, gates, margin)
+        return fired.dense(fired.phi), fired.dense(fired.lost)
 
     def path_mask(self, n_features: int) -> np.ndarray:
         """Features tested on each node's root-to-node path.

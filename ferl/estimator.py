@@ -15,10 +15,11 @@ from ferl import certificate
 from ferl._builder import GrowthSettings, grow_tree
 from ferl._model_files import load_classifier, save_classifier
 from ferl._partitions import fixed_partitions
+from ferl._readout import Readout, read_out
 from ferl.evidence import Evidence, combine
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, fit_free_gaussians
-from ferl.rules import Rule, extract_rules, format_rules
+from ferl.rules import Rule, extract_rules, fires_alone, format_rules, format_summary
 
 __all__ = ["FERLClassifier", "PRESETS"]
 
@@ -106,6 +107,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Names used in rules: ``feature_names_in_``, the ``feature_names`` given to `fit`, or x0, x1...
     n_rules_ : int
         Number of leaves.
+    rule_alone_ : ndarray of shape (n_rules_,) or None
+        Share of the training weight on which each rule holds more than half the firing
+        (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     """
 
     _parameter_constraints: dict = {
@@ -219,8 +223,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
             )
         self.feature_names_ = self._resolve_feature_names(feature_names, X.shape[1])
         positive = sw > 0
-        Xp = X[positive]
-        self.feature_range_ = np.stack([Xp.min(axis=0), Xp.max(axis=0)], axis=1)
+        rows = positive[:, None]  # the range of the positive-weight rows, without copying them
+        self.feature_range_ = np.stack([X.min(axis=0, where=rows, initial=np.inf),
+                                        X.max(axis=0, where=rows, initial=-np.inf)], axis=1)
         settings = self._growth_settings(float(sw.sum()), int(positive.sum()))
         sets = fixed_partitions(X, sw) if settings.partition == "fixed" else None
         self.partitions_ = sets
@@ -240,6 +245,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
                 f"(e.g. standardise it) before fitting"
             )
         self.n_rules_ = int(self.tree_.is_leaf.sum())
+        self.rule_alone_ = fires_alone(lambda Z: self._firing(Z)[0], X, sw, self.tree_.is_leaf)
         return self
 
     def _resolve_feature_names(self, feature_names, n_features):
@@ -258,16 +264,32 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ inference
     def _check_X(self, X):
         check_is_fitted(self, "tree_")
+        if (type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2 and X.shape[0] > 0
+                and X.shape[1] == self.n_features_in_ and not hasattr(self, "feature_names_in_")
+                and (np.isfinite(X.sum()) or np.isfinite(X).all())):
+            return X  # what validate_data returns for such an X, without its fixed cost
         return validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=True)
 
     def _gate_margin(self) -> np.ndarray:
-        span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
-        min_margin = np.maximum(self.min_width * span, np.finfo(np.float64).tiny)
-        return self.tree_.margins(self.support_margin, min_margin)
+        tree = self.tree_
+
+        def compute():
+            span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
+            min_margin = np.maximum(self.min_width * span, np.finfo(np.float64).tiny)
+            return tree.margins(self.support_margin, min_margin)
+
+        inputs = (tree.lo, tree.hi, tree.feature, self.feature_range_, self.support_margin,
+                  self.min_width)
+        return tree.derived("margin", inputs, compute)
 
     def _firing(self, X):
-        """Firing ``phi`` (n, n_nodes) and gate losses (n, n_nodes) of validated ``X``."""
+        """Dense firing ``phi`` (n, n_nodes) and gate losses (n, n_nodes) of validated ``X``."""
         return self.tree_.firing(X, bool(self.bounded_support), self._gate_margin())
+
+    def _read(self, X, evidence: bool = True, novelty: bool = True) -> Readout:
+        """Evidence and / or novelty of validated ``X`` from one firing pass (`ferl._readout`)."""
+        return read_out(self.tree_, X, bool(self.bounded_support), self._gate_margin(),
+                        self._sources(), self.combination, evidence, novelty)
 
     def _sources(self) -> np.ndarray:
         tree = self.tree_
@@ -295,8 +317,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         ValueError
             NaN / inf in X, or a feature count other than ``n_features_in_``.
         """
-        X = self._check_X(X)
-        return self._combine(self._firing(X)[0])
+        return self._read(self._check_X(X), novelty=False).evidence
 
     def _combine(self, phi) -> Evidence:
         return combine(phi, self.tree_.value, self._sources(), self.combination)
@@ -319,7 +340,7 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ novelty (ferl.novelty)
     def _novelty(self, X) -> Novelty:
-        return analyse(self.tree_, X, bool(self.bounded_support), self._gate_margin())
+        return self._read(X, evidence=False).novelty
 
     def routing_loss(self, X) -> np.ndarray:
         """Firing mass lost to the gates per sample and split feature (appendix eq. 8).
@@ -343,9 +364,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         """
         if kind not in OOD_KINDS:
             raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
-        X = self._check_X(X)
-        ignorance = self._combine(self._firing(X)[0]).ignorance if kind == "ignorance" else None
-        return self._novelty(X).score(kind, ignorance)
+        out = self._read(self._check_X(X), evidence=kind == "ignorance")
+        ignorance = out.evidence.ignorance if kind == "ignorance" else None
+        return out.novelty.score(kind, ignorance)
 
     def anomalous_features(self, X, top_k: int | None = 5) -> list[list[AnomalousFeature]]:
         """The ``top_k`` most novel features of each sample, highest score first.
@@ -383,8 +404,9 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         if X.shape[0] != 1:
             raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
         X = self._check_X(X)
-        phi, lost = self._firing(X)
-        novelty = self._novelty(X)
+        fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
+        phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
+        novelty = analyse(self.tree_, X, fired)
         radius = certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
         return build_explanation(self, phi, novelty.ranked(self.feature_names_, top_k)[0],
                                  float(novelty.score("combined")[0]), float(radius[0]))
@@ -392,14 +414,48 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ rules
     @property
     def rules_(self) -> list[Rule]:
-        """Every rule (leaf) as a `ferl.rules.Rule`: named conditions, consequent, support, id."""
+        """Every rule (leaf) as a `ferl.rules.Rule`: merged named conditions (thresholds with at
+        least 2 decimals), consequent, support, confidence, alone share, id."""
+        return self._rules(2)
+
+    def _rules(self, digits: int) -> list[Rule]:
         check_is_fitted(self, "tree_")
-        return extract_rules(self.tree_, self.feature_names_, self.classes_)
+        return extract_rules(self.tree_, self.feature_names_, self.classes_, self.rule_alone_, digits)
 
     def export_text(self, digits: int = 2, style: str = "text") -> str:
-        """The rule list with the feature names: one ``rule <id>: IF ... THEN ...`` line per rule, or
-        a Markdown table (``style="markdown"``); see `ferl.rules`. Stable for a fixed ``random_state``."""
-        return format_rules(self.rules_, digits, style)
+        """The rule list with the feature names and one merged condition per feature.
+
+        Parameters
+        ----------
+        digits : int >= 0, default=2
+            Decimals of probabilities, supports and shares, and minimum decimals of thresholds.
+        style : {"text", "markdown"}, default="text"
+            One ``rule <id>: IF ... THEN class [distribution] (confidence, support, alone)`` line per
+            rule, or a Markdown table; see `ferl.rules` for how merged fuzzy conditions read.
+
+        Returns
+        -------
+        str
+            Stable for a fixed ``random_state``.
+
+        Raises
+        ------
+        ValueError
+            Unknown style or negative ``digits``.
+        sklearn.exceptions.NotFittedError
+            The model is not fitted.
+        """
+        if not isinstance(digits, Integral) or digits < 0:
+            raise ValueError(f"digits must be a non-negative integer, got {digits!r}")
+        return format_rules(self._rules(int(digits)), int(digits), style)
+
+    def __str__(self) -> str:
+        """``print(clf)``: the short rule list, as imodels' models print (a header, then ``rule <id>:
+        IF ... THEN class (confidence, support, alone)`` per rule); ``repr(clf)`` stays
+        scikit-learn's, and ``str`` is that repr while the model is not fitted."""
+        if not hasattr(self, "tree_"):
+            return repr(self)
+        return format_summary(repr(self), self.rules_)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | os.PathLike):

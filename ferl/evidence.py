@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ferl._firing import Firing
+
 __all__ = [
     "Evidence",
     "dempster_combine",
@@ -20,6 +22,7 @@ __all__ = [
     "pignistic",
     "interval_dominance",
     "combine",
+    "combine_sparse",
 ]
 
 #: Tolerance of the interval-dominance comparison (absorbs floating-point round-off).
@@ -29,7 +32,7 @@ CAUTIOUS_EPS = 1e-9
 
 
 @njit(cache=True)
-def dempster_combine(phi, value, sources):
+def dempster_combine(start, count, rows, phi, n, value, sources):
     """Dempster's rule over the active sources of each sample (paper eq. 4, algorithm 1 lines 6-8).
 
     Sources are combined one at a time with the exact recurrence
@@ -40,8 +43,12 @@ def dempster_combine(phi, value, sources):
 
     Parameters
     ----------
-    phi : ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
-        Firing strengths.
+    start, count, rows, phi : ndarrays
+        Sparse firing strengths (`ferl._firing.sparse_firing`): node ``o`` fires on the samples
+        ``rows[start[o]:start[o] + count[o]]`` with ``phi`` at the same positions; 0 elsewhere.
+        Each sample's sources are combined in node order, one node at a time for all samples.
+    n : int
+        Number of samples.
     value : ndarray of shape (n_nodes, n_classes), float64
         Consequent class distributions p_o (rows sum to 1).
     sources : ndarray of shape (n_nodes,), bool
@@ -56,45 +63,45 @@ def dempster_combine(phi, value, sources):
     conflict : ndarray of shape (n_samples,), float64 in [0, 1]
         ``1 - Z``, the mass Dempster's rule assigned to the empty set before normalising.
     """
-    n, n_nodes = phi.shape
     n_classes = value.shape[1]
     mass = np.zeros((n, n_classes))
     ignorance = np.ones(n)
     conflict = np.zeros(n)
-    m = np.zeros(n_classes)
-    for i in range(n):
-        m[:] = 0.0
-        mt = 1.0
-        z_total = 1.0
-        vacuous = False
-        for o in range(n_nodes):
-            p = phi[i, o]
-            if not sources[o] or p <= 0.0:
+    z_total = np.ones(n)
+    vacuous = np.zeros(n, dtype=np.bool_)
+    for o in range(start.shape[0]):
+        if not sources[o]:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            i = rows[e]
+            p = phi[e]
+            if p <= 0.0 or vacuous[i]:
                 continue
+            mt = ignorance[i]
             z = mt * (1.0 - p)
             for c in range(n_classes):
                 pc = p * value[o, c]
-                m[c] = m[c] * (1.0 - p + pc) + mt * pc
-                z += m[c]
+                mass[i, c] = mass[i, c] * (1.0 - p + pc) + mt * pc
+                z += mass[i, c]
             if z <= 0.0:
-                vacuous = True
-                break
-            mt = mt * (1.0 - p) / z
+                vacuous[i] = True
+                continue
+            ignorance[i] = mt * (1.0 - p) / z
             for c in range(n_classes):
-                m[c] /= z
-            z_total *= z
-        if vacuous:
+                mass[i, c] /= z
+            z_total[i] *= z
+    for i in range(n):
+        if vacuous[i]:
+            mass[i, :] = 0.0
+            ignorance[i] = 1.0
             conflict[i] = 1.0
-            continue
-        for c in range(n_classes):
-            mass[i, c] = m[c]
-        ignorance[i] = mt
-        conflict[i] = 1.0 - z_total
+        else:
+            conflict[i] = 1.0 - z_total[i]
     return mass, ignorance, conflict
 
 
 @njit(cache=True)
-def cautious_combine(phi, value, sources):
+def cautious_combine(start, count, rows, phi, n, value, sources):
     """Denoeux's cautious rule over singleton canonical weights (paper appendix C.1, eq. 13).
 
     Each source's singleton weight is ``w_o(c) = (1 - phi_o) / (1 - phi_o + phi_o p_o(c))`` (1 when
@@ -106,34 +113,36 @@ def cautious_combine(phi, value, sources):
 
     Parameters and returns are those of `dempster_combine`.
     """
-    n, n_nodes = phi.shape
     n_classes = value.shape[1]
     mass = np.zeros((n, n_classes))
     ignorance = np.ones(n)
     conflict = np.zeros(n)
-    w = np.ones(n_classes)
-    for i in range(n):
-        w[:] = 1.0
-        for o in range(n_nodes):
-            p = min(phi[i, o], 1.0 - CAUTIOUS_EPS)
-            if not sources[o] or p <= 0.0:
+    w = np.ones((n, n_classes))
+    for o in range(start.shape[0]):
+        if not sources[o]:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            i = rows[e]
+            p = min(phi[e], 1.0 - CAUTIOUS_EPS)
+            if p <= 0.0:
                 continue
             for c in range(n_classes):
                 pc = value[o, c]
                 if pc > 0.0:
                     wc = (1.0 - p) / (1.0 - p + p * pc)
-                    if wc < w[c]:
-                        w[c] = wc
+                    if wc < w[i, c]:
+                        w[i, c] = wc
+    for i in range(n):
         mt = 1.0
         for c in range(n_classes):
-            mt *= w[c]
+            mt *= w[i, c]
         z = mt
         for c in range(n_classes):
             others = 1.0
             for k in range(n_classes):
                 if k != c:
-                    others *= w[k]
-            mass[i, c] = (1.0 - w[c]) * others
+                    others *= w[i, k]
+            mass[i, c] = (1.0 - w[i, c]) * others
             z += mass[i, c]
         if z <= 0.0:
             mass[i, :] = 0.0
@@ -236,10 +245,16 @@ def combine(phi: np.ndarray, value: np.ndarray, sources: np.ndarray, rule: str =
     ValueError
         Unknown rule.
     """
+    return combine_sparse(Firing.from_dense(phi), value, sources, rule)
+
+
+def combine_sparse(firing: Firing, value: np.ndarray, sources: np.ndarray,
+                   rule: str = "dempster") -> Evidence:
+    """`combine` on sparse firings (`ferl._firing.Firing`): O(fired nodes x classes) per sample."""
     if rule not in _RULES:
         raise ValueError(f"unknown combination rule {rule!r}; expected one of {sorted(_RULES)}")
     mass, ignorance, conflict = _RULES[rule](
-        np.ascontiguousarray(phi, dtype=np.float64),
+        firing.start, firing.count, firing.rows, firing.phi, firing.n_samples,
         np.ascontiguousarray(value, dtype=np.float64),
         np.ascontiguousarray(sources, dtype=np.bool_),
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ferl.novelty import AnomalousFeature
-from ferl.rules import _plain, node_conditions
+from ferl.rules import _plain, path_conditions
 
 __all__ = ["FiredSource", "Explanation", "build_explanation"]
 
@@ -32,7 +32,8 @@ class FiredSource:
     rule_id : int or None
         Rule number (position in ``rules_``) for a leaf, None for an internal node.
     conditions : tuple of str
-        Conditions on the root-to-node path.
+        Conditions on the root-to-node path, one merged condition per feature
+        (`ferl.rules.path_conditions`).
     firing : float
         ``phi_o(x)`` in (0, 1], after the gates.
     mass : tuple of float
@@ -200,7 +201,7 @@ def build_explanation(model, phi: np.ndarray, anomalous: list[AnomalousFeature],
         p = float(phi[0, node])
         sources.append(FiredSource(
             node=int(node), rule_id=rule_of.get(int(node)),
-            conditions=tuple(c.text for c in node_conditions(tree, int(node), model.feature_names_)),
+            conditions=tuple(c.text for c in path_conditions(tree, int(node), model.feature_names_)),
             firing=p, mass=tuple(float(v) for v in p * tree.value[node]), ignorance=1.0 - p,
             prediction=classes[int(np.argmax(tree.value[node]))],
         ))

@@ -33,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from ferl._firing import Firing
 from ferl._tree import FuzzyTree
 
 __all__ = [
@@ -131,24 +132,27 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
 
 
 @njit(cache=True)
-def _free_scores(X, phi, mean, inv_var, free, n_free):
+def _free_scores(X, start, count, rows, phi0, mean, inv_var, free, n_free):
     """Firing-weighted free-feature scores over all nodes (see `Novelty`).
 
-    Returns ``anomaly`` (n, d): per feature, the ``phi``-weighted mean of ``z_of^2`` over the nodes
-    where ``f`` is free; ``residual`` (n,): the ``phi``-weighted mean over nodes with a free feature
-    of the per-node mean ``z_of^2``.
+    The firings are sparse (`ferl._firing.sparse_firing`): node ``o`` is reached by the samples
+    ``rows[start[o]:start[o] + count[o]]`` with ungated firings ``phi0``; nodes are taken in index
+    order. Returns ``anomaly`` (n, d): per feature, the ``phi0``-weighted mean of ``z_of^2`` over
+    the nodes where ``f`` is free; ``residual`` (n,): the ``phi0``-weighted mean over nodes with a
+    free feature of the per-node mean ``z_of^2``.
     """
     n, d = X.shape
-    n_nodes = phi.shape[1]
     anomaly = np.zeros((n, d))
-    weight = np.zeros(d)
+    weight = np.zeros((n, d))
     residual = np.zeros(n)
-    for i in range(n):
-        weight[:] = 0.0
-        node_weight = 0.0
-        for o in range(n_nodes):
-            p = phi[i, o]
-            if p <= 0.0 or n_free[o] == 0:
+    node_weight = np.zeros(n)
+    for o in range(start.shape[0]):
+        if n_free[o] == 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            i = rows[e]
+            p = phi0[e]
+            if p <= 0.0:
                 continue
             total = 0.0
             for f in range(d):
@@ -156,16 +160,32 @@ def _free_scores(X, phi, mean, inv_var, free, n_free):
                     z = X[i, f] - mean[o, f]
                     z2 = z * z * inv_var[o, f]
                     anomaly[i, f] += p * z2
-                    weight[f] += p
+                    weight[i, f] += p
                     total += z2
             residual[i] += p * total / n_free[o]
-            node_weight += p
+            node_weight[i] += p
+    for i in range(n):
         for f in range(d):
-            if weight[f] > 0.0:
-                anomaly[i, f] /= weight[f]
-        if node_weight > 0.0:
-            residual[i] /= node_weight
+            if weight[i, f] > 0.0:
+                anomaly[i, f] /= weight[i, f]
+        if node_weight[i] > 0.0:
+            residual[i] /= node_weight[i]
     return anomaly, residual
+
+
+@njit(cache=True)
+def _routing_loss(start, count, rows, lost, feature, n, d):
+    """Gate losses summed by split feature (n, d) and in total (n,), from sparse firings."""
+    loss = np.zeros((n, d))
+    total = np.zeros(n)
+    for o in range(start.shape[0]):
+        if feature[o] < 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            if lost[e] > 0.0:
+                loss[rows[e], feature[o]] += lost[e]
+                total[rows[e]] += lost[e]
+    return loss, total
 
 
 def _inverse_variance(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -176,6 +196,11 @@ def _inverse_variance(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarr
     var = np.maximum(np.where(free, tree.free_var, 1.0), floor)
     inv_var = np.where(free, 1.0 / var, 0.0)
     return np.where(free, tree.free_mean, 0.0), inv_var, free
+
+
+def _free_gaussians(tree: FuzzyTree):
+    mean, inv_var, free = _inverse_variance(tree)
+    return mean, inv_var, free, free.sum(axis=1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -282,19 +307,18 @@ class Novelty:
         ]
 
 
-def analyse(tree: FuzzyTree, X: np.ndarray, gates: bool, margin: np.ndarray) -> Novelty:
-    """Compute the `Novelty` read-out of validated inputs.
+def analyse(tree: FuzzyTree, X: np.ndarray, firing: Firing) -> Novelty:
+    """Compute the `Novelty` read-out of validated inputs from their firings.
 
     Parameters
     ----------
     tree : FuzzyTree
         A fitted tree with free-feature Gaussians (`fit_free_gaussians`).
     X : ndarray of shape (n_samples, n_features), float64, finite
-    gates : bool
-        Apply the bounded-support gates (routing loss and firing); the free-feature scores always
-        weight nodes by the ungated firing.
-    margin : ndarray of shape (n_nodes,)
-        Gate margins (`FuzzyTree.margins`).
+    firing : ferl._firing.Firing
+        The sparse firings of ``X`` (`FuzzyTree.sparse_firing`), gates as configured: the routing
+        loss and the firing use the gated ``phi`` and ``lost``, the free-feature scores always
+        weight nodes by the ungated ``phi0``.
 
     Returns
     -------
@@ -307,23 +331,13 @@ def analyse(tree: FuzzyTree, X: np.ndarray, gates: bool, margin: np.ndarray) -> 
     """
     if tree.free_mean is None or tree.free_var is None:
         raise ValueError("the tree has no free-feature Gaussians; refit the model")
-    n, d = X.shape
-    mean, inv_var, free = _inverse_variance(tree)
-    n_free = free.sum(axis=1).astype(np.int64)
-    internal = ~tree.is_leaf
-    by_feature = np.zeros((int(internal.sum()), d))  # internal node -> its split feature (one-hot)
-    by_feature[np.arange(by_feature.shape[0]), tree.feature[internal]] = 1.0
-    loss = np.zeros((n, d))
-    anomaly = np.zeros((n, d))
-    residual = np.zeros(n)
-    firing = np.zeros(n)
-    for start in range(0, n, _CHUNK):
-        rows = slice(start, start + _CHUNK)
-        phi, lost = tree.firing(X[rows], gates, margin)
-        phi0 = tree.firing(X[rows], False, margin)[0] if gates else phi
-        firing[rows] = np.maximum(1.0 - lost.sum(axis=1), 0.0)
-        loss[rows] = lost[:, internal] @ by_feature
-        anomaly[rows], residual[rows] = _free_scores(
-            np.ascontiguousarray(X[rows]), phi0, mean, inv_var, free, n_free
-        )
-    return Novelty(loss, anomaly, residual, firing)
+    d = X.shape[1]
+    mean, inv_var, free, n_free = tree.derived(
+        "free_gaussians", (tree.free_mean, tree.free_var), lambda: _free_gaussians(tree))
+    n = firing.n_samples
+    loss, lost = _routing_loss(firing.start, firing.count, firing.rows, firing.lost, tree.feature,
+                               n, d)
+    anomaly, residual = _free_scores(np.ascontiguousarray(X, dtype=np.float64), firing.start,
+                                     firing.count, firing.rows, firing.phi0, mean, inv_var, free,
+                                     n_free)
+    return Novelty(loss, anomaly, residual, np.maximum(1.0 - lost, 0.0))

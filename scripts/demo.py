@@ -20,6 +20,7 @@ import time
 
 from cbm.demo import PROFILES, headline, run_demo
 from cbm.detector.train import quiet_library_noise
+from cbm.runtime import set_threads
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -29,6 +30,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", choices=sorted(PROFILES), default="demo",
                         help="demo (default) or tiny (a seconds-long smoke run)")
     parser.add_argument("--fresh", action="store_true", help="discard an unfinished run instead of resuming")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads of torch, numba and BLAS in every step (default: the cores this "
+                             "process may use)")
     return parser.parse_args(argv)
 
 
@@ -38,10 +42,11 @@ def main(argv: list[str] | None = None) -> None:
     quiet_library_noise()
     start = time.perf_counter()
     try:
-        report = run_demo(args.out, PROFILES[args.profile], fresh=args.fresh)
+        set_threads(args.threads)
+        report = run_demo(args.out, PROFILES[args.profile], fresh=args.fresh, threads=args.threads)
     except KeyboardInterrupt:
         raise SystemExit(f"\ninterrupted: run the demo again to resume the run in {args.out}") from None
-    except (FileExistsError, FileNotFoundError) as err:
+    except (FileExistsError, FileNotFoundError, ValueError) as err:
         raise SystemExit(f"demo: error: {err}") from err
     print("\n" + "\n".join(headline(report.parent)))
     print(f"\nDemo finished in {time.perf_counter() - start:.0f} s. Report: {report}")

@@ -60,7 +60,8 @@ def test_notebook_executes_on_a_tiny_run(tiny_run, monkeypatch):
     html = "".join(o.get("data", {}).get("text/html", "") for o in outputs)
     pngs = sum("image/png" in o.get("data", {}) for o in outputs)
     assert f"{tiny_run}: 24 concepts, 8 classes" in text and "ferl-deep on calibrated concepts" in text
-    assert "| rule | IF | THEN | distribution | support |" in markdown  # the rule list
+    assert "| rule | IF | THEN | confidence | support | alone | distribution |" in markdown  # the rule list
     assert "Prediction **" in markdown and "**Rules that fired**" in markdown
     assert "firing" in html and "routing loss" in html  # fired rules and anomalous attributes tables
     assert pngs >= 3  # the tree and at least two example figures
+    assert "novelty threshold: combined OOD score >" in text and "ood_flag" in html  # Pipeline rows

@@ -1,5 +1,6 @@
 """Concept data sets: CUB-200-2011 (Koh 112), AwA2, precomputed AwA features, a synthetic
-concept world, class-disjoint folds, and one LightningDataModule for all of them.
+concept world, your own image folder with a concepts CSV, class-disjoint folds, and one
+LightningDataModule for all of them.
 
 Every loader returns a :class:`SampleTable` (ids, classes, concepts, splits, names); its
 torch datasets yield ``(input, concepts float32 (k,), class int)``.
@@ -16,6 +17,7 @@ from .common import (
 )
 from .cub import CUBTable, load_cub
 from .cub_attributes import KOH_112_ATTRIBUTE_INDICES
+from .custom import load_custom
 from .datamodule import ConceptDataModule, build_transform
 from .features import load_awa_features, load_feature_table
 from .folds import (
@@ -52,6 +54,7 @@ __all__ = [
     "load_awa2_metadata",
     "load_awa_features",
     "load_cub",
+    "load_custom",
     "load_dataset",
     "load_feature_table",
     "load_folds",

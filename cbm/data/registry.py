@@ -11,6 +11,7 @@ from typing import Any
 from .awa2 import load_awa2
 from .common import close_matches
 from .cub import load_cub
+from .custom import load_custom
 from .features import load_awa_features
 from .synthetic import make_synthetic
 from .tables import SampleTable
@@ -49,6 +50,7 @@ DATASETS: dict[str, DatasetSpec] = {
     "cub": DatasetSpec(load_cub, image_size=224),
     "awa2": DatasetSpec(load_awa2, image_size=224),
     "awa_features": DatasetSpec(load_awa_features, image_size=None),
+    "custom": DatasetSpec(load_custom, image_size=224),
     # position/size/count are concepts: mild crops only, no centre crop at evaluation
     "synthetic": DatasetSpec(
         make_synthetic,
@@ -69,11 +71,12 @@ def get_spec(name: str) -> DatasetSpec:
 
 
 def load_dataset(name: str, *, data_root: str | os.PathLike | None = None, **kwargs: Any) -> SampleTable:
-    """Load a data set by name (``cub``, ``awa2``, ``awa_features``, ``synthetic``).
+    """Load a data set by name (``cub``, ``awa2``, ``awa_features``, ``synthetic``, ``custom``).
 
     ``data_root`` is passed to loaders that read files; other keyword arguments go to the
     loader (:func:`~cbm.data.cub.load_cub`, :func:`~cbm.data.awa2.load_awa2`,
-    :func:`~cbm.data.features.load_awa_features`, :func:`~cbm.data.synthetic.make_synthetic`).
+    :func:`~cbm.data.features.load_awa_features`, :func:`~cbm.data.synthetic.make_synthetic`,
+    :func:`~cbm.data.custom.load_custom`).
     """
     loader = get_spec(name).loader
     params = inspect.signature(loader).parameters

@@ -17,6 +17,7 @@ from lightning.pytorch import Trainer
 from cbm.data import ConceptDataModule
 from cbm.detector.module import ConceptDetector
 from cbm.detector.train import quiet_library_noise, train_detector
+from cbm.runtime import add_threads_argument, set_threads
 
 __all__ = ["detector_parser", "train_detector_main"]
 
@@ -59,6 +60,7 @@ def detector_parser() -> ArgumentParser:
     parser.add_argument("--feature_cache", type=str | None, default=None,
                         help="folder of cached backbone features (model.freeze_backbone; default "
                              "<run-dir>/detector/features)")
+    add_threads_argument(parser)
     parser.add_class_arguments(ConceptDataModule, "data", skip={"table"})
     parser.add_class_arguments(ConceptDetector, "model", skip=_DATA_DERIVED)
     parser.add_class_arguments(Trainer, "trainer", skip=_JOB_OWNED, fail_untyped=False)
@@ -75,6 +77,7 @@ def train_detector_main(argv: Sequence[str] | None = None) -> None:
     cfg = parser.parse_args(argv)
     quiet_library_noise()
     try:
+        set_threads(cfg.threads)
         run = train_detector(
             ConceptDataModule(**cfg.data.as_dict()),
             run_dir=cfg.run_dir,

@@ -46,6 +46,7 @@ from cbm.detector.crossfit import CROSSFIT_SPLIT, crossfit_probs
 from cbm.detector.export import export_loaders, predict, predictor, write_table
 from cbm.detector.frozen import frozen_datamodule
 from cbm.detector.module import ConceptDetector, imbalance_pos_weight
+from cbm.runtime import thread_settings
 from ferl.persist import atomic_write_text
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
@@ -151,7 +152,7 @@ def _git_commit() -> dict[str, Any]:
 
 
 def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
-    """Versions, seed, git commit and device of this session (JSON-able)."""
+    """Versions, seed, git commit, device and CPU threads of this session (JSON-able)."""
     packages = {}
     for dist in ("ferl-cbm", "torch", "torchvision", "lightning", "timm", "torchmetrics", "numpy",
                  "scikit-learn", "jsonargparse", "wandb"):
@@ -159,7 +160,6 @@ def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
             packages[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             packages[dist] = None
-    cuda = torch.cuda.is_available()
     return {
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": sys.argv,
@@ -177,9 +177,9 @@ def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
             "cpu_count": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "cuda_version": torch.version.cuda,
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            if cuda else [],
+            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())],
         },
+        "threads": thread_settings(),
     }
 
 

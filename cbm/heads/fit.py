@@ -11,9 +11,11 @@
    detector's cross-fitted (out-of-fold) train concepts when the run has them, else its in-sample
    ones (``--train-concepts``, :mod:`cbm.heads.train_concepts`); the other sources, and the true
    concepts (Koh et al.'s independent head), are fitted too and reported beside them;
-4. writes ``head/<name>/{raw,calibrated}/`` (``head.json``, ``model.json``, ``model.npz``,
-   ``rules.md`` with concept names), merges a ``fit_head`` entry into ``metrics.json``, and writes
-   ``tables/heads.{md,csv}`` laid out like the paper's Table 4 (:mod:`cbm.heads.tables`).
+4. writes ``head/<name>/{raw,calibrated}/`` (``head.json`` with, for FERL heads, the novelty
+   threshold accepting 95 % of val (:meth:`cbm.heads.FERLHead.fit_ood_threshold`), ``model.json``,
+   ``model.npz``, ``rules.md`` with concept names), merges a ``fit_head`` entry into
+   ``metrics.json``, and writes ``tables/heads.{md,csv}`` laid out like the paper's Table 4
+   (:mod:`cbm.heads.tables`).
 
 A test split holding classes absent from train is an error, unless the run is open-world (the
 run's ``config.yaml`` sets ``data.fold``, or ``--open-world true``): then those rows are left out
@@ -40,6 +42,7 @@ from cbm.data.concept_tables import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.heads.tables import heads_frame, heads_markdown
 from cbm.heads.train_concepts import TRAIN_CONCEPTS, crossfit_table, resolve_train_concepts, train_inputs
+from cbm.runtime import add_threads_argument, set_threads
 from ferl import metrics as M
 from ferl.persist import atomic_write_text
 
@@ -136,9 +139,11 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
     return out
 
 
-def _fit_heads(names: Sequence[str], X_train: dict, X_test: dict, y_train: np.ndarray, y_test: np.ndarray,
-               concept_names: list[str], seed: int, out: Path | None, source: str) -> dict:
-    """Fit and evaluate every head on both input kinds; save models and rules under ``out`` if given."""
+def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y_train: np.ndarray,
+               y_test: np.ndarray, concept_names: list[str], seed: int, out: Path | None,
+               source: str) -> dict:
+    """Fit and evaluate every head on both input kinds; save models (FERL heads with their novelty
+    threshold on ``X_val``) and rules under ``out`` if given."""
     results: dict = {name: {} for name in names}
     for kind in INPUTS:
         for name in names:
@@ -147,6 +152,8 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_test: dict, y_train: np.nd
             start = time.perf_counter()
             head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
             fit_seconds = time.perf_counter() - start
+            if out is not None and isinstance(head, FERLHead):  # the novelty threshold `predict` reads
+                head.fit_ood_threshold(X_val[kind])
             metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
             if out is not None:
                 folder = head.save(out / "head" / name / kind)
@@ -242,9 +249,11 @@ def fit_head(
     main = resolve_train_concepts(train_concepts, crossfit is not None)
     sources = [main] + [s for s in TRAIN_CONCEPTS if compare_train_concepts and s != main
                         and (s != "cross-fitted" or crossfit is not None)]
+    X_val = {kind: inputs[kind]["val"] for kind in INPUTS}
     X_test = {kind: inputs[kind]["test"][seen] for kind in INPUTS}
-    compared = {source: _fit_heads(names, train_inputs(source, train, crossfit, calibrator), X_test, y_train,
-                                   y_test, concept_names, seed, out if source == main else None, source)
+    compared = {source: _fit_heads(names, train_inputs(source, train, crossfit, calibrator), X_val, X_test,
+                                   y_train, y_test, concept_names, seed, out if source == main else None,
+                                   source)
                 for source in sources}
     results = compared[main]
 
@@ -291,6 +300,7 @@ def fit_head_parser() -> ArgumentParser:
                              "concepts/train_crossfit.npz, else in-sample; 'independent' = true concepts")
     parser.add_argument("--compare-train-concepts", type=bool, default=True,
                         help="also fit the heads on the other training-concept sources (reported only)")
+    add_threads_argument(parser)
     return parser
 
 
@@ -307,6 +317,7 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
         raise SystemExit("fit-head: error: --concepts needs --out <dir>")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
+        set_threads(cfg.threads)
         fit_head(cfg.run or cfg.concepts, cfg.out or cfg.run, heads=[h.strip() for h in heads],
                  seed=cfg.seed, dataset=cfg.dataset, open_world=cfg.open_world,
                  train_concepts=cfg.train_concepts, compare_train_concepts=cfg.compare_train_concepts)

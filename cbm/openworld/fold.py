@@ -63,11 +63,14 @@ __all__ = [
     "RESULT_VERSION",
     "FoldEvaluation",
     "evaluate_fold",
+    "head_outputs",
     "run_fold",
 ]
 
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
-RESULT_VERSION = 4
+#: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves;
+#: 5: ``train_concepts`` (the heads' training vectors: cross-fitted or in-sample).
+RESULT_VERSION = 5
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 
@@ -136,11 +139,12 @@ def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], 
 
 
 def _save_scores(path: Path, names: list[str], scores: dict[str, dict[str, np.ndarray]],
-                 tables: dict) -> None:
+                 tables: dict, outputs: dict[str, np.ndarray]) -> None:
     arrays = {f"scores_{p}": np.stack([scores[d][p] for d in names], axis=1)
               for p in ("val", "test", "novel")}
     arrays.update(detectors=np.asarray(names), y_test=tables["test"].y, y_novel=tables["novel"].y,
                   ids_novel=np.asarray(tables["novel"].sample_ids))
+    arrays.update({f"main_{k}": v for k, v in outputs.items()})
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     atomic_write_bytes(path, buf.getvalue())
@@ -164,11 +168,31 @@ class FoldEvaluation:
         Score name -> part (``val`` / ``test`` / ``novel``) -> ndarray of shape (n_part,).
     calibrator : ConceptCalibrator
         Fitted on the retained val table.
+    outputs : dict of str to ndarray
+        The first head's outputs on the test and novel parts (:func:`head_outputs`).
     """
 
     result: dict
     scores: dict[str, dict[str, np.ndarray]]
     calibrator: ConceptCalibrator
+    outputs: dict[str, np.ndarray]
+
+
+def head_outputs(head: FERLHead, X: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A FERL head's decisions on the ``test`` and ``novel`` vectors, for the report's curves.
+
+    Returns ``classes`` (the head's, as str) and per part ``p``: ``pred_p`` (column of the largest
+    pignistic probability), ``proba_p`` (that probability), ``belief_p`` (Bel of that class),
+    ``ignorance_p`` (m(Θ)) and ``abstain_p`` (credal set = every class).
+    """
+    out: dict[str, np.ndarray] = {"classes": head.classes_.astype(str)}
+    for p in ("test", "novel"):
+        ev = head.model_.evidence(X[p])
+        pred = np.argmax(ev.pignistic, axis=1)
+        rows = np.arange(pred.size)
+        out |= {f"pred_{p}": pred, f"proba_{p}": ev.pignistic[rows, pred], f"belief_{p}": ev.mass[rows, pred],
+                f"ignorance_{p}": ev.ignorance, f"abstain_{p}": ev.abstain}
+    return out
 
 
 def _ranked(head: FERLHead, X: np.ndarray, k: int) -> np.ndarray:
@@ -275,7 +299,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
                                     "concepts": [concept_names[j] for j in np.flatnonzero(mask)]}
                          for c, (near, mask) in truth.items()},
     }
-    return FoldEvaluation(result, scores, cal)
+    return FoldEvaluation(result, scores, cal, head_outputs(fitted[settings.heads[0]], X))
 
 
 def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.PathLike, detector: dict,
@@ -337,7 +361,7 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
     tables = load_concept_tables(fold_dir, splits=[*PARTS, CROSSFIT_SPLIT] if crossfit else PARTS)
     ev = evaluate_fold(tables, table.class_concepts, fold, seed, settings, examples=examples)
     ev.calibrator.save(fold_dir / "calibration.json")
-    _save_scores(fold_dir / "scores.npz", settings.detectors, ev.scores, tables)
+    _save_scores(fold_dir / "scores.npz", settings.detectors, ev.scores, tables, ev.outputs)
     result = {"seed": seed, "fold": fold.index, **ev.result, "steps": steps | ev.result["steps"],
               "detector": det_info, "scores_file": "scores.npz",
               "seconds": round(time.perf_counter() - start, 2), **wanted}

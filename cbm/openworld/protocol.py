@@ -38,6 +38,7 @@ from cbm.openworld.fold import (
 )
 from cbm.openworld.report import FOLD_DIR, PAPER_TABLE5, write_report
 from cbm.openworld.settings import KEEP_CHECKPOINTS, EvalSettings, check_keep_checkpoints
+from cbm.runtime import add_threads_argument, set_threads
 from ferl.benchmarks.ood import DETECTORS
 from ferl.persist import atomic_write_text
 
@@ -240,6 +241,7 @@ def openworld_parser() -> ArgumentParser:
     p.add_argument("--keep-checkpoints", type=Literal[KEEP_CHECKPOINTS], default="none",
                    help="detector checkpoints each trained fold keeps (default none: the protocol "
                         "reads only the exported concept tables)")
+    add_threads_argument(p)
     return p
 
 
@@ -251,6 +253,7 @@ def evaluate_openworld_main(argv: Sequence[str] | None = None) -> None:
         raise ValueError("no detector configuration: give --config with a 'detector:' section")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     quiet_library_noise()
+    set_threads(cfg.threads)
     settings = EvalSettings(heads=tuple(cfg.heads), ferl_kinds=tuple(cfg.ferl_kinds),
                             baselines=tuple(cfg.baselines), accept=cfg.accept, top_k=tuple(cfg.top_k),
                             examples_per_fold=cfg.examples_per_fold, train_concepts=cfg.train_concepts)

@@ -21,6 +21,7 @@ from matplotlib.figure import Figure
 from sklearn.metrics import roc_curve
 
 from cbm.heads.tables import HEAD_LABELS
+from cbm.openworld.curves import curve_figures, curves_markdown
 from ferl.benchmarks.ood import DETECTORS
 from ferl.benchmarks.tables import markdown_table
 from ferl.persist import atomic_write_bytes, atomic_write_text
@@ -250,7 +251,8 @@ def _done_text(record: dict, results: Sequence[dict]) -> list[str]:
 
 def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) -> dict[str, Path]:
     """Write ``per_fold.csv``, ``per_fold_heads.csv``, ``summary.csv``, ``report.md``,
-    ``examples.md`` and ``roc.png`` into ``out`` (atomically); return their paths.
+    ``examples.md``, ``roc.png`` and the curves of :mod:`cbm.openworld.curves` into ``out``
+    (atomically); return their paths.
 
     Raises
     ------
@@ -274,6 +276,10 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
     atomic_write_text(files["examples"], examples_markdown(results))
     detectors = list(dict.fromkeys(folds["detector"]))
     atomic_write_bytes(files["roc"], roc_png(out, results, detectors))
+    figures = curve_figures([out / FOLD_DIR.format(seed=r["seed"], fold=r["fold"]) for r in results], results,
+                            record["settings"]["heads"][0], detector_label)
+    for name, data in figures.items():
+        files[name.split(".")[0]] = atomic_write_bytes(out / name, data)
     paper = record.get("paper")
     n_seeds = len(record["seeds"])
     text = [
@@ -305,6 +311,7 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
              "Accuracy and abstention (all-class credal set) on retained test images and abstention on "
              "held-out ones.", "",
              heads_markdown(head_sum, record["settings"]["top_k"]),
-             "Example explanations: `examples.md`.", "", *_done_text(record, results)]
+             "Example explanations: `examples.md`.", "", curves_markdown(list(figures)),
+             *_done_text(record, results)]
     atomic_write_text(files["report"], "\n".join(text) + "\n")
     return files

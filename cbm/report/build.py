@@ -3,9 +3,10 @@
 :func:`build_report` reads a run written by ``train-detector`` + ``fit-head`` (and, optionally,
 an ``evaluate-openworld`` output folder) and writes, atomically::
 
-    <run>/report.md              concept accuracy, heads (raw vs calibrated), open world,
+    <run>/report.md              concept accuracy, heads (raw vs calibrated), curves, open world,
                                  three example explanations, the FERL rules and tree
     <run>/plots/{concept_accuracy,heads,tree}.png
+    <run>/plots/{training_curves,risk_coverage,reliability,confusion}.png   (cbm.report.curves)
     <run>/examples/<kind>.png    the example's input image (enlarged)
     <run>/examples/<kind>_evidence.png   image, belief / plausibility / ignorance, attributes
 
@@ -29,6 +30,7 @@ from jsonargparse import ArgumentParser
 
 from cbm.detector import concept_metrics
 from cbm.heads.tables import HEAD_LABELS, heads_markdown
+from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
 from cbm.report.plots import (
     concept_accuracy_figure,
@@ -39,6 +41,7 @@ from cbm.report.plots import (
     tree_figure,
 )
 from cbm.report.run import RunView, load_run
+from cbm.runtime import add_threads_argument, set_threads
 from ferl.persist import atomic_write_bytes, atomic_write_text
 
 __all__ = ["build_report", "demote_headings", "report_main", "report_parser"]
@@ -98,6 +101,7 @@ def _openworld_section(run_dir: Path, openworld: Path | None) -> list[str]:
         return ["## Open-world evaluation", "", "Not run for this report (`evaluate-openworld`).", ""]
     rel = Path(os.path.relpath(openworld, run_dir)).as_posix()
     text = demote_headings(report.read_text())
+    text = re.sub(r"(!\[[^\]]*\]\()(?!https?://|/)", rf"\g<1>{rel}/", text)  # its figures, from here
     lines = ["", f"From `{rel}/` (its own report: [{rel}/report.md]({rel}/report.md); the file names below "
              f"are inside `{rel}/`).", "", *text.split("\n")[1:]]
     if (openworld / "roc.png").is_file():
@@ -203,6 +207,7 @@ def build_report(
     if "fit_head" in run.metrics:
         written["plots/heads.png"] = figure_png(heads_figure(run.metrics["fit_head"]))
     lines += _heads_section(run)
+    lines += curves_section(run, model, head, inputs, written)
     lines += _openworld_section(run_dir, None if openworld is None else Path(openworld))
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
@@ -233,6 +238,7 @@ def report_parser() -> ArgumentParser:
     p.add_argument("--inputs", type=str, default="calibrated", help="raw | calibrated")
     p.add_argument("--openworld", type=str | None, default=None, help="evaluate-openworld output to embed")
     p.add_argument("--title", type=str | None, default=None, help="report title")
+    add_threads_argument(p)
     return p
 
 
@@ -240,6 +246,7 @@ def report_main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``python -m cbm.report``; bad input ends with ``error: <message>`` (status 1)."""
     cfg = report_parser().parse_args(argv)
     try:
+        set_threads(cfg.threads)
         path = build_report(cfg.run_dir, head=cfg.head, inputs=cfg.inputs, openworld=cfg.openworld,
                             title=cfg.title)
     except (FileNotFoundError, ValueError) as err:

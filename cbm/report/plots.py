@@ -17,7 +17,7 @@ from cbm.data.concept_tables import ConceptTable
 from cbm.heads.tables import HEAD_LABELS
 from ferl import FERLClassifier
 from ferl.explain import Explanation
-from ferl.rules import node_conditions
+from ferl.rules import path_conditions
 
 __all__ = [
     "concept_accuracy_figure",
@@ -29,10 +29,11 @@ __all__ = [
 ]
 
 
-def figure_png(fig: Figure, dpi: int = 110) -> bytes:
-    """PNG bytes of a figure (tight bounding box)."""
+def figure_png(fig: Figure, dpi: int = 110, tight: bool = True) -> bytes:
+    """PNG bytes of a figure; ``tight`` crops to a tight bounding box (one more drawing pass, which
+    a figure laid out with ``tight_layout`` does not need)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight" if tight else None)
     return buf.getvalue()
 
 
@@ -125,7 +126,9 @@ def evidence_figure(explanation: Explanation, image: np.ndarray | None = None, t
 def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0) -> Figure:
     """The fitted FERL tree drawn as boxes and edges.
 
-    Internal nodes show their left-branch condition (``concept ≤ θ ± h`` or ``concept is high``);
+    Internal nodes show their left-branch condition merged with the path's other conditions on the
+    same concept (`ferl.rules.path_conditions`: ``concept ≤ θ ± h``, ``concept is between ...``,
+    ``concept is high``);
     the left edge is that condition, the right edge its negation. Leaves show the rule number,
     the predicted class and its consequent probability.
 
@@ -161,7 +164,8 @@ def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0)
             ax.text((x[p] + x[node]) / 2, -(tree.depth[p] + tree.depth[node]) / 2, side, fontsize=6,
                     color="#636363", ha="center", va="center", zorder=2)
         if tree.feature[node] >= 0:
-            label = node_conditions(tree, int(tree.left[node]), names, digits)[-1].text.replace(" ", "\n", 1)
+            conds = path_conditions(tree, int(tree.left[node]), names, digits)
+            label = next(c.text for c in conds if c.feature == tree.feature[node]).replace(" ", "\n", 1)
             box = {"boxstyle": "round", "fc": "#deebf7", "ec": "#6baed6"}
         else:
             r = rules[node]

@@ -11,7 +11,7 @@ import cbm
 
 CBM = Path(cbm.__file__).resolve().parent
 #: The stages in data-flow order (`cbm`'s module map).
-STAGES = ("data", "detector", "concepts", "heads", "openworld", "report", "demo")
+STAGES = ("runtime", "data", "detector", "concepts", "heads", "openworld", "report", "predict", "demo")
 
 
 def _stage(module: str) -> str | None:

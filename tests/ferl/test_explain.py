@@ -1,7 +1,6 @@
-"""Rules (export_text, rules_) and per-sample explanations (explain) with their renderings."""
+"""Per-sample explanations (explain) with their renderings; the rule list is tested in test_rules.py."""
 
 import json
-import re
 
 import numpy as np
 import pytest
@@ -25,52 +24,6 @@ def data():
 def fitted(request, data):
     X, y = data
     return FERLClassifier(request.param, random_state=0).fit(X, y, feature_names=NAMES)
-
-
-# ---------------------------------------------------------------------- rules
-def test_export_text_names_every_feature_and_is_stable_for_a_seed(fitted, data):
-    X, y = data
-    text = fitted.export_text()
-    for f in np.unique(fitted.tree_.feature[fitted.tree_.feature >= 0]):
-        assert NAMES[f] in text
-    assert not re.search(r"\bx\d+\b", text)
-    assert text.count("\n") + 1 == fitted.n_rules_
-    again = FERLClassifier(fitted.variant, random_state=0).fit(X, y, feature_names=NAMES)
-    assert again.export_text() == text
-
-
-def test_conditions_use_bands_for_learned_splits_and_terms_for_fixed_partitions(fitted):
-    conds = [c.text for r in fitted.rules_ for c in r.conditions]
-    assert conds
-    if fitted.variant == "compact":
-        pattern = r"^\S+ is (not )?(low|medium|high)$"
-    else:
-        pattern = r"^\S+ (≤|>) -?\d+\.\d+ ± \d+\.\d+$"
-    assert all(re.match(pattern, c) for c in conds), conds
-
-
-def test_rules_carry_id_consequent_and_soft_support(fitted):
-    t = fitted.tree_
-    rules = fitted.rules_
-    assert [r.rule_id for r in rules] == list(range(fitted.n_rules_))
-    assert [r.node for r in rules] == list(np.flatnonzero(t.is_leaf))
-    for r in rules:
-        assert sum(r.distribution.values()) == pytest.approx(1.0)
-        assert list(r.distribution) == list(LABELS[np.argsort(LABELS)])
-        assert r.prediction == max(r.distribution, key=r.distribution.get)
-        assert r.support == pytest.approx(t.weight[r.node])
-        assert len(r.conditions) == t.depth[r.node]
-        assert f"rule {r.rule_id}: IF " in r.text() and f"THEN {r.prediction}" in r.text()
-    assert sum(r.support for r in rules) == pytest.approx(len(LABELS[WINE.target]))
-    json.dumps([r.to_dict() for r in rules])
-
-
-def test_markdown_rule_table_and_bad_style(fitted):
-    md = fitted.export_text(style="markdown")
-    lines = md.splitlines()
-    assert lines[0].startswith("| rule | IF | THEN") and len(lines) == fitted.n_rules_ + 2
-    with pytest.raises(ValueError, match="unknown style 'html'"):
-        fitted.export_text(style="html")
 
 
 # ---------------------------------------------------------------------- explain

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ferl._binning import bin_features
 from ferl._partitions import SET_NAMES, fixed_partitions
 from ferl._splitter import GAIN_CCI, GAIN_GINI, best_learned_split, split_gain
 from ferl._tree import membership
@@ -53,43 +54,94 @@ def test_min_leaf_rejects_light_children():
     assert gain == -np.inf
 
 
-def _bootstrap_inputs(x, y, n_boot, seed):
+def _search(X, y, w, mult, min_width, rows=None, width_factor=2.0, min_leaf=1.0):
+    """`best_learned_split` on rows ``rows`` (default: all) with bins over all of X."""
+    X = np.asarray(X, dtype=np.float64).reshape(len(y), -1)
+    y = np.asarray(y, dtype=np.int64)
+    rows = np.arange(len(y)) if rows is None else np.asarray(rows, dtype=np.int64)
+    xt = np.ascontiguousarray(X.T)
+    bins = bin_features(xt, np.arange(len(y)))
+    w = np.asarray(w, dtype=np.float64)
+    return best_learned_split(
+        bins.codes, bins.low, bins.high, xt, y, rows, w[rows], np.ascontiguousarray(mult.T),
+        int(y.max()) + 1, width_factor, np.asarray(min_width, dtype=np.float64), GAIN_GINI,
+        float(w.sum()), min_leaf,
+    )
+
+
+def _multiplicities(n, n_boot, seed):
     rng = np.random.default_rng(seed)
-    n = len(x)
-    X = x.reshape(-1, 1).astype(np.float64)
-    order = np.argsort(X, axis=0, kind="stable").T.copy()
-    mult = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(n_boot)])
-    return X, order, mult.astype(np.float64)
+    return np.stack([np.bincount(rng.integers(0, n, n), minlength=n)
+                     for _ in range(n_boot)]).astype(np.uint16)
+
+
+def _reference_cut(x, y, wb, n_classes):
+    """Today's crisp cut, by brute force over the midpoints of consecutive distinct values."""
+    xs = np.unique(x)
+    best, best_cut = -1.0, np.nan
+    for c in (xs[:-1] + xs[1:]) / 2:
+        left = x <= c
+        wl = np.bincount(y[left], weights=wb[left], minlength=n_classes)
+        wr = np.bincount(y[~left], weights=wb[~left], minlength=n_classes)
+        if wl.sum() <= 0 or wr.sum() <= 1e-12 * wb.sum():
+            continue
+        score = (wl**2).sum() / wl.sum() + (wr**2).sum() / wr.sum()
+        if score > best * (1 + 1e-12):
+            best, best_cut = score, c
+    return best_cut
+
+
+def _reference_split(X, y, w, mult, min_width, width_factor=2.0, min_leaf=1.0):
+    """Slow reference of the learned split: per feature, the B crisp cuts, their median and MAD,
+    the fuzzy gain on the raw values; the first feature with the largest gain."""
+    n_classes = int(y.max()) + 1
+    best = (-1, np.nan, np.nan, -np.inf)
+    for f in range(X.shape[1]):
+        cuts = np.array([_reference_cut(X[:, f], y, w * mult[b], n_classes)
+                         for b in range(len(mult))])
+        cuts = cuts[~np.isnan(cuts)]
+        if len(cuts) == 0:
+            continue
+        theta = np.median(cuts)
+        h = max(width_factor * np.median(np.abs(cuts - theta)), min_width[f])
+        gain = split_gain(X[:, f], y, w, -np.inf, -np.inf, theta - h, theta + h, n_classes,
+                          GAIN_GINI, w.sum(), min_leaf)
+        if gain > best[3]:
+            best = (f, theta, h, gain)
+    return best
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), n_values=st.integers(2, 255), n_classes=st.integers(2, 6))
+def test_binned_split_matches_the_sorted_search_on_few_distinct_values(seed, n_values, n_classes):
+    """Parity: with at most 255 distinct values per feature the binned search returns today's
+    split (per-sample sweep over the sorted values), on fuzzy (non-integer) node weights."""
+    rng = np.random.default_rng(seed)
+    n, d = 150, 4
+    X = rng.integers(0, n_values, (n, d)) / max(n_values - 1, 1)
+    y = (X[:, 0] + 0.5 * X[:, 1] + rng.normal(0, 0.3, n) > 0.7).astype(np.int64)
+    y = np.where(rng.random(n) < 0.3, rng.integers(0, n_classes, n), y)
+    w = rng.random(n) + 0.05
+    mult = _multiplicities(n, 7, seed)
+    min_width = np.full(d, 0.01)
+    got = _search(X, y, w, mult, min_width)
+    expected = _reference_split(X, y, w, mult, min_width)
+    assert got[0] == expected[0]
+    if expected[0] >= 0:
+        assert got[1] == expected[1] and got[2] == expected[2]
+        assert got[3] == pytest.approx(expected[3], rel=1e-9)
 
 
 def test_theta_is_median_of_bootstrap_cuts_and_h_is_gamma_mad():
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.normal(0.3, 0.1, 200), rng.normal(0.7, 0.1, 200)])
+    x = np.round(np.concatenate([rng.normal(0.3, 0.1, 200), rng.normal(0.7, 0.1, 200)]), 2)
     y = np.repeat([0, 1], 200).astype(np.int64)
-    X, order, mult = _bootstrap_inputs(x, y, 25, 1)
+    mult = _multiplicities(len(x), 25, 1)
     w = np.ones(len(x))
-    f, theta, h, gain = best_learned_split(X, y, w, order, mult, 2, 2.0, np.array([1e-6]),
-                                           GAIN_GINI, w.sum(), 1.0)
-    # reference: per-resample crisp Gini-optimal cut by brute force
-    xs = np.sort(np.unique(x))
-    mids = (xs[:-1] + xs[1:]) / 2
-    cuts = []
-    for b in range(25):
-        wb = mult[b]
-        best, best_cut = -1, None
-        for c in mids:
-            left = x <= c
-            wl = np.bincount(y[left], weights=wb[left], minlength=2)
-            wr = np.bincount(y[~left], weights=wb[~left], minlength=2)
-            if wl.sum() == 0 or wr.sum() == 0:
-                continue
-            score = (wl**2).sum() / wl.sum() + (wr**2).sum() / wr.sum()
-            if score > best + 1e-12:
-                best, best_cut = score, c
-        cuts.append(best_cut)
-    cuts = np.array(cuts)
+    f, theta, h, gain = _search(x, y, w, mult, [1e-6])
+    cuts = np.array([_reference_cut(x, y, mult[b].astype(float), 2) for b in range(25)])
     assert f == 0
-    assert theta == pytest.approx(np.median(cuts))
+    assert theta == np.median(cuts)
     assert h == pytest.approx(max(2.0 * np.median(np.abs(cuts - np.median(cuts))), 1e-6))
     assert 0.4 < theta < 0.6 and gain > 0
 
@@ -97,10 +149,8 @@ def test_theta_is_median_of_bootstrap_cuts_and_h_is_gamma_mad():
 def test_zero_spread_uses_documented_minimum_width():
     x = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
     y = np.array([0, 0, 0, 1, 1, 1], dtype=np.int64)
-    X, order, mult = _bootstrap_inputs(x, y, 5, 0)
-    mult[:] = 1.0  # every resample the same: every cut at 0.5, MAD = 0
-    f, theta, h, _ = best_learned_split(X, y, np.ones(6), order, mult, 2, 2.0, np.array([0.01]),
-                                        GAIN_GINI, 6.0, 1.0)
+    mult = np.ones((5, 6), dtype=np.uint16)  # every resample the same: every cut at 0.5, MAD = 0
+    f, theta, h, _ = _search(x, y, np.ones(6), mult, [0.01])
     assert theta == pytest.approx(0.5)
     assert h == pytest.approx(0.01)
 
@@ -108,12 +158,48 @@ def test_zero_spread_uses_documented_minimum_width():
 def test_inactive_samples_do_not_move_the_cut():
     x = np.array([0.1, 0.2, 0.3, 0.6, 0.7, 5.0])
     y = np.array([0, 0, 1, 1, 1, 0], dtype=np.int64)
-    X, order, mult = _bootstrap_inputs(x, y, 3, 0)
-    mult[:] = 1.0
-    w = np.array([1, 1, 1, 1, 1, 0.0])
-    _, theta, _, _ = best_learned_split(X, y, w, order, mult, 2, 2.0, np.array([1e-6]),
-                                        GAIN_GINI, 5.0, 1.0)
+    mult = np.ones((3, 6), dtype=np.uint16)
+    _, theta, _, _ = _search(x, y, np.ones(6), mult, [1e-6], rows=np.arange(5))
     assert theta == pytest.approx(0.25)
+
+
+def test_exact_ties_go_to_the_lowest_cut():
+    """Exact ties (integer bootstrap weights) go to the first cut, never to rounding noise: with
+    one resample and a zero width the split is the exact-rational optimum."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        m, n_classes = int(rng.integers(5, 40)), int(rng.integers(2, 6))
+        x = rng.integers(0, 20, m) / 19.0
+        y = rng.integers(0, n_classes, m).astype(np.int64)
+        y[:2] = [0, 1]
+        mult = np.floor(rng.random(m) * rng.integers(0, 4, m)).astype(np.uint16)[None]
+        expected = _exact_best_cut(x, y, mult[0])
+        _, theta, _, _ = _search(x, y, np.ones(m), mult, [0.0], min_leaf=0.0)
+        assert theta == expected or (np.isnan(theta) and np.isnan(expected))
+
+
+def _exact_best_cut(x, y, mult):
+    """Slow reference in exact rationals: the first cut with the largest Gini score."""
+    from fractions import Fraction
+
+    order = np.argsort(x, kind="stable")
+    xs, ys = x[order], y[order]
+    total = [Fraction(int(v)) for v in np.bincount(ys, weights=mult[order])]
+    w_total = sum(total)
+    left = [Fraction(0)] * len(total)
+    best, cut = None, np.nan
+    for i in range(len(xs) - 1):
+        left[ys[i]] += int(mult[order[i]])
+        wl = sum(left)
+        if xs[i] == xs[i + 1] or wl <= 0:
+            continue
+        if wl == w_total:
+            break
+        score = (sum(v * v for v in left) / wl
+                 + sum((t - v) ** 2 for t, v in zip(total, left, strict=True)) / (w_total - wl))
+        if best is None or score > best:
+            best, cut = score, 0.5 * (xs[i] + xs[i + 1])
+    return cut
 
 
 @settings(max_examples=30, deadline=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -51,6 +52,7 @@ def test_cli_fast_dev_run_fills_the_run_directory(tmp_path, capsys):
     env = json.loads((run / "environment.json").read_text())
     assert env["seed"] == 0 and env["packages"]["timm"] == timm.__version__
     assert env["device"]["accelerator"] == "CPUAccelerator" and "commit" in env["git"]
+    assert env["threads"]["torch"] == env["threads"]["available_cores"] == len(os.sched_getaffinity(0))
     tables = load_concept_tables(run, splits=("train", "val", "test", "novel"))
     assert {s: t.n_samples for s, t in tables.items()} == {"train": 24, "val": 8, "test": 8,
                                                            "novel": 4}

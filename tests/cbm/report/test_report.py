@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 import cbm.report
-from cbm.demo import TINY, fingerprint, headline, prepare_run_dir, run_demo
-from cbm.report import build_report, demote_headings
+from cbm.demo import TINY, fingerprint, headline, prepare_run_dir, run_demo, step_commands
+from cbm.report.build import build_report, demote_headings
 from cbm.report.examples import pick_examples
 from cbm.report.plots import concept_accuracy_figure, heads_figure, tree_figure
 from cbm.report.run import load_run
@@ -216,3 +216,25 @@ def test_figures_draw_the_run_values(tiny):
     clf = run.head("ferl-deep").model_
     leaves = [t for t in tree_figure(clf).axes[0].texts if t.get_text().startswith("rule ")]
     assert len(leaves) == clf.n_rules_
+
+
+def test_report_and_openworld_report_show_the_curves(tiny):
+    from cbm.report.curves import FIGURES
+
+    text = (tiny / "report.md").read_text()
+    for rel in FIGURES:  # training curves, risk-coverage, reliability, confusion matrix
+        assert f"]({rel})" in text
+        data = (tiny / rel).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000, rel
+    assert "### Risk–coverage" in text and "### Reliability" in text and "### Confusion matrix" in text
+    ow = (tiny / "openworld" / "report.md").read_text()
+    for name in ("risk_coverage.png", "reliability.png", "training_curves.png", "confusion.png"):
+        assert f"]({name})" in ow and f"](openworld/{name})" in text  # embedded in the run report too
+        data = (tiny / "openworld" / name).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000, name
+
+
+def test_demo_passes_threads_to_every_console_script(tmp_path):
+    cmds = step_commands(tmp_path, TINY, threads=1)
+    assert all(cmds[step][-2:] == ["--threads", "1"] for step in ("detector", "heads", "openworld"))
+    assert "--threads" not in cmds["report"] and "--threads" not in step_commands(tmp_path, TINY)["heads"]

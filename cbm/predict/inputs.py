@@ -1,0 +1,152 @@
+"""What ``predict`` reads: image files (listed or found in a folder), in-memory images, or concept
+vectors made elsewhere (a concept table ``.npz`` or a CSV).
+
+An image that cannot be read is not fatal: :func:`read_image` raises
+:class:`~cbm.data.common.UnreadableImageError` naming the file, and the pipeline reports it on
+that input's row.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from cbm.data.common import UnreadableImageError
+from cbm.data.concept_tables import check_concept_names, load_concept_table
+from cbm.data.custom import IMAGE_SUFFIXES
+
+__all__ = ["ConceptInputs", "find_images", "read_concepts_file", "read_image"]
+
+
+def find_images(folder: str | os.PathLike) -> list[Path]:
+    """Image files below ``folder`` (sub-folders included), sorted by path.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``folder`` is not a folder, or holds no file with a suffix of :data:`IMAGE_SUFFIXES`.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"image folder {folder} does not exist")
+    found = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    if not found:
+        raise FileNotFoundError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
+    return found
+
+
+def read_image(image: str | os.PathLike | Image.Image | np.ndarray) -> np.ndarray:
+    """An input image as RGB uint8 of shape (H, W, 3).
+
+    Parameters
+    ----------
+    image : path-like, PIL image or ndarray
+        A file (decoded with PIL, any mode converted to RGB), a PIL image, or an array of shape
+        (H, W, 3) or (H, W) with dtype uint8.
+
+    Raises
+    ------
+    UnreadableImageError
+        A missing or undecodable file, or an array of another shape or dtype (the message names
+        the file or the shape).
+    """
+    if isinstance(image, np.ndarray):
+        arr = np.stack([image] * 3, axis=-1) if image.ndim == 2 else image
+        if arr.ndim != 3 or arr.shape[2] != 3 or arr.dtype != np.uint8 or 0 in arr.shape:
+            raise UnreadableImageError(f"an image array must be uint8 of shape (H, W, 3) or (H, W), "
+                                       f"got {image.dtype} {image.shape}")
+        return arr if arr.flags.writeable else arr.copy()  # torch refuses read-only arrays
+    if isinstance(image, Image.Image):
+        return np.array(image.convert("RGB"))
+    path = Path(image)
+    if not path.is_file():
+        raise UnreadableImageError(f"{path}: no such file")
+    try:
+        with Image.open(path) as img:
+            return np.array(img.convert("RGB"))
+    except Exception as err:  # PIL raises several types for bad data
+        raise UnreadableImageError(f"{path}: cannot read image: {err}") from err
+
+
+@dataclass(frozen=True)
+class ConceptInputs:
+    """Concept vectors read by :func:`read_concepts_file`.
+
+    Attributes
+    ----------
+    ids : list of str
+        One identifier per row.
+    probs : ndarray of shape (n, k), float32 in [0, 1]
+        Detector probabilities in the run's concept order.
+    true_class : list of str or None
+        Class names from a concept table (None for a CSV).
+    """
+
+    ids: list[str]
+    probs: np.ndarray
+    true_class: list[str] | None = None
+
+
+def read_concepts_file(path: str | os.PathLike, concept_names: Sequence[str]) -> ConceptInputs:
+    """Read concept probabilities made elsewhere, in the run's concept order.
+
+    Parameters
+    ----------
+    path : path-like
+        A concept table ``.npz`` (``concepts/<split>.npz`` layout, see
+        :mod:`cbm.data.concept_tables`; its concept names must be the run's, in order) or a ``.csv``
+        with a header ``sample_id,<concept>,...``: one column per concept of the run, in any order,
+        values in [0, 1].
+    concept_names : sequence of str
+        The run's concepts.
+
+    Returns
+    -------
+    ConceptInputs
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        Another suffix, other concept names (missing and unexpected ones listed), an empty file, or
+        a value that is not a number in [0, 1] (row and concept named).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"concepts file {path} does not exist")
+    names = [str(n) for n in concept_names]
+    if path.suffix == ".npz":
+        table = load_concept_table(path)
+        check_concept_names(table.concept_names, names, source=str(path), reference="the run")
+        return ConceptInputs([str(s) for s in table.sample_ids], table.probs,
+                             [table.class_names[c] for c in table.y])
+    if path.suffix != ".csv":
+        raise ValueError(f"{path}: concepts must be a concept table (.npz) or a .csv file")
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    if len(rows) < 2 or not rows[0] or rows[0][0] != "sample_id":
+        raise ValueError(f"{path}: expected a header 'sample_id,<concept>,...' and at least one row")
+    header = rows[0][1:]
+    check_concept_names(sorted(header), sorted(names), source=str(path), reference="the run")
+    order = [header.index(n) + 1 for n in names]
+    probs = np.empty((len(rows) - 1, len(names)), dtype=np.float32)
+    for i, row in enumerate(rows[1:]):
+        if len(row) != len(rows[0]):
+            raise ValueError(f"{path}: row {i + 2} has {len(row)} fields, the header {len(rows[0])}")
+        for j, col in enumerate(order):
+            try:
+                value = float(row[col])
+            except ValueError:
+                value = float("nan")
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{path}: row {i + 2} ({row[0]!r}), concept {names[j]!r} is {row[col]!r} "
+                                 "(must be a number in [0, 1])")
+            probs[i, j] = value
+    return ConceptInputs([row[0] for row in rows[1:]], probs)

@@ -1,0 +1,329 @@
+"""A trained run applied to new inputs: detector → calibration → FERL head in one pass.
+
+>>> pipe = Pipeline.from_run("runs/demo")              # best detector checkpoint, ferl-deep
+>>> result = pipe.predict(["a.png", "b.jpg"])          # paths, PIL images or uint8 arrays
+>>> result.frame()                                     # one row per input (pandas)
+
+Each input gets the head's class, its credal set (interval dominance; all classes = abstention),
+the ignorance m(Θ), the OOD score and whether it exceeds the run's novelty threshold
+(:meth:`cbm.heads.FERLHead.fit_ood_threshold`, stored with the head by ``fit-head``), and the
+top-k anomalous attributes. An input that cannot be read keeps its row with an ``error`` and no
+prediction.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from cbm.concepts.calibration import ConceptCalibrator
+from cbm.data import ConceptDataModule, build_transform
+from cbm.data.common import UnreadableImageError
+from cbm.data.concept_tables import check_concept_names
+from cbm.detector import ConceptDetector
+from cbm.heads import FERLHead
+from cbm.predict.inputs import read_image
+from cbm.report.run import load_run
+from ferl.explain import Explanation
+
+__all__ = ["Pipeline", "Predictions"]
+
+log = logging.getLogger(__name__)
+
+#: Where a run keeps the detector whose probabilities its concept tables hold.
+CHECKPOINT = Path("detector") / "checkpoints" / "best.ckpt"
+
+
+@dataclass
+class Predictions:
+    """What :meth:`Pipeline.predict` returns: one row per input, in input order.
+
+    Attributes
+    ----------
+    rows : list of dict
+        ``input``, ``class`` (argmax of the pignistic probability), ``probability`` (its BetP),
+        ``belief`` (its Bel = m({c})), ``set`` (credal-set classes), ``set_size``, ``abstained``,
+        ``ignorance`` (m(Θ)), ``ood_score``, ``ood_threshold``, ``ood_flag`` (score above the
+        threshold: flagged as novel), ``anomalous_attributes`` (``[(name, score)]``, highest
+        first), ``true_class`` (when known, else None) and ``error`` (None, or why the input was
+        not read; its other fields are then None).
+    inputs : list
+        The inputs as given (paths or images; None for concept vectors), for pages that show them.
+    explain : callable
+        ``explain(i)`` -> :class:`ferl.explain.Explanation` of row ``i`` (None for an error row).
+    threshold : dict
+        The novelty threshold used (``kind``, ``accept``, ``value``, ``fitted_on``).
+    """
+
+    rows: list[dict[str, Any]]
+    inputs: list[Any]
+    explain: Callable[[int], Explanation | None] = field(repr=False)
+    threshold: dict[str, Any] = field(default_factory=dict)
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a DataFrame (sets and attributes joined into text)."""
+        return pd.DataFrame([flat_row(r) for r in self.rows])
+
+    @property
+    def n_errors(self) -> int:
+        """Inputs that could not be read."""
+        return sum(r["error"] is not None for r in self.rows)
+
+
+def flat_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its set as ``a|b`` and its attributes as ``name (score); ...`` (for CSV)."""
+    out = dict(row)
+    if row["set"] is not None:
+        out["set"] = "|".join(row["set"])
+        out["anomalous_attributes"] = "; ".join(f"{n} ({s:.2f})" for n, s in row["anomalous_attributes"])
+    return out
+
+
+def _device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device; use --device cpu")
+    return torch.device(device)
+
+
+@dataclass
+class Pipeline:
+    """A run's detector, calibrator and FERL head, ready to predict (build it with :meth:`from_run`).
+
+    Attributes
+    ----------
+    run_dir : Path
+    head_name : str
+    inputs : {"raw", "calibrated"}
+        Which of the head's two fits is used (calibrated: the detector's probabilities go through
+        the run's isotonic calibrator first).
+    head : FERLHead
+    calibrator : ConceptCalibrator or None
+    threshold : dict
+        ``kind``, ``accept``, ``value``, ``fitted_on``: inputs whose OOD score of ``kind`` exceeds
+        ``value`` are flagged as novel.
+    detector : ConceptDetector or None
+        None when the run keeps no checkpoint (then only :meth:`predict_concepts` works).
+    transform : callable or None
+        The run's evaluation transform (image → normalised tensor).
+    device : torch.device
+    batch_size : int
+    top_k : int
+        Anomalous attributes per input.
+    """
+
+    run_dir: Path
+    head_name: str
+    inputs: str
+    head: FERLHead
+    calibrator: ConceptCalibrator | None
+    threshold: dict[str, Any]
+    detector: ConceptDetector | None
+    transform: Callable[[Any], torch.Tensor] | None
+    device: torch.device
+    batch_size: int = 64
+    top_k: int = 5
+
+    @classmethod
+    def from_run(cls, run_dir: str | os.PathLike, head: str = "ferl-deep", inputs: str = "calibrated", *,
+                 device: str = "auto", batch_size: int = 64, top_k: int = 5) -> Pipeline:
+        """Load a finished run (``train-detector`` + ``fit-head``).
+
+        Parameters
+        ----------
+        run_dir : path-like
+        head : str
+            A FERL head of the run (``ferl-compact`` / ``ferl-medium`` / ``ferl-deep``).
+        inputs : {"raw", "calibrated"}
+        device : str
+            ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
+        batch_size : int
+            Images per detector forward pass.
+        top_k : int
+            Anomalous attributes per input.
+
+        Raises
+        ------
+        FileNotFoundError
+            Not a run directory, the head is missing (the saved heads are listed), or a calibrated
+            head without the run's ``calibration.json``.
+        ValueError
+            A head that is not FERL, a CUDA device without CUDA, a checkpoint whose concepts differ
+            from the head's (the difference is listed), bad ``batch_size`` / ``top_k``.
+        """
+        if batch_size < 1 or top_k < 1:
+            raise ValueError(f"batch_size and top_k must be >= 1, got {batch_size} and {top_k}")
+        run = load_run(run_dir)
+        model = run.head(head, inputs)
+        if not isinstance(model, FERLHead):
+            raise ValueError(f"head {head!r} is not a FERL head: predict needs credal sets and OOD scores; "
+                             f"the run's heads: {run.heads()}")
+        if inputs == "calibrated" and run.calibrator is None:
+            raise FileNotFoundError(f"{Path(run_dir) / 'calibration.json'} not found: the calibrated head "
+                                    "needs the run's calibrator (fit-head writes it)")
+        threshold = model.ood_threshold_
+        if threshold is None:  # a head saved before fit-head stored thresholds
+            threshold = model.fit_ood_threshold(run.concepts("val", inputs))
+            log.warning("head %s (%s) has no stored OOD threshold (fitted by an older fit-head): fitted "
+                        "now on the run's val table, 95 %% accepted", head, inputs)
+        dev = _device(device)
+        ckpt = Path(run_dir) / CHECKPOINT
+        detector, transform = None, None
+        if ckpt.is_file():
+            detector = ConceptDetector.from_checkpoint(ckpt, map_location=dev).eval()
+            check_concept_names(detector.concept_names, model.concept_names_, source=f"checkpoint {ckpt}",
+                                reference=f"head {head!r}")
+            data = ConceptDataModule(**run.config.get("data", {}))  # transform settings; loads no data
+            if detector.hparams.input_kind == "image":
+                transform = build_transform(data.image_size, train=False,
+                                            eval_crop_fraction=data.eval_crop_fraction)
+        return cls(run_dir=Path(run_dir), head_name=head, inputs=inputs, head=model,
+                   calibrator=run.calibrator if inputs == "calibrated" else None, threshold=threshold,
+                   detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k)
+
+    @property
+    def concept_names(self) -> list[str]:
+        return list(self.head.concept_names_)
+
+    # ------------------------------------------------------------------ images → concepts
+    def concept_probs(self, images: Sequence[Any],
+                      progress: bool = False) -> tuple[np.ndarray, dict[int, str]]:
+        """Detector probabilities of images, in batches.
+
+        Parameters
+        ----------
+        images : sequence of path-like, PIL image or uint8 ndarray
+        progress : bool
+            Show a progress bar (stderr).
+
+        Returns
+        -------
+        probs : ndarray of shape (n, k), float32
+            NaN on the rows of unreadable images.
+        errors : dict of int to str
+            Row -> why that image could not be read.
+
+        Raises
+        ------
+        FileNotFoundError
+            The run keeps no detector checkpoint.
+        ValueError
+            The run's detector reads feature vectors, not images.
+        """
+        if self.detector is None:
+            raise FileNotFoundError(f"{self.run_dir / CHECKPOINT} not found: predicting from images needs "
+                                    "the run's detector; concept vectors made elsewhere work without it "
+                                    "(predict --concepts FILE, Pipeline.predict_concepts)")
+        if self.transform is None:
+            raise ValueError(f"the detector of {self.run_dir} reads feature vectors, not images: give "
+                             "concept vectors instead (predict --concepts FILE)")
+        probs = np.full((len(images), len(self.concept_names)), np.nan, dtype=np.float32)
+        errors: dict[int, str] = {}
+        with tqdm(total=len(images), unit="img", desc="predict", disable=not progress) as bar:
+            for start in range(0, len(images), self.batch_size):
+                rows, batch = [], []
+                for i in range(start, min(len(images), start + self.batch_size)):
+                    try:
+                        batch.append(self.transform(read_image(images[i])))
+                        rows.append(i)
+                    except UnreadableImageError as err:
+                        errors[i] = str(err)
+                if batch:
+                    with torch.inference_mode():
+                        logits = self.detector(torch.stack(batch).to(self.device))
+                    probs[rows] = torch.sigmoid(logits.float()).cpu().numpy()
+                bar.update(min(self.batch_size, len(images) - start))
+        return probs, errors
+
+    def predict(self, images: Sequence[Any], ids: Sequence[str] | None = None,
+                progress: bool = False) -> Predictions:
+        """Predict images (paths, PIL images or uint8 arrays); see :class:`Predictions`.
+
+        ``ids`` name the rows (default: the paths, or ``image_<i>`` for in-memory images).
+        """
+        images = list(images)
+        if ids is None:
+            ids = [str(im) if isinstance(im, str | os.PathLike) else f"image_{i}"
+                   for i, im in enumerate(images)]
+        probs, errors = self.concept_probs(images, progress)
+        return self.predict_concepts(probs, ids, errors=errors, inputs=images)
+
+    # ------------------------------------------------------------------ concepts → decisions
+    def predict_concepts(self, probs: np.ndarray, ids: Sequence[str] | None = None, *,
+                         errors: dict[int, str] | None = None, inputs: Sequence[Any] | None = None,
+                         true_class: Sequence[str] | None = None) -> Predictions:
+        """Decisions from detector probabilities (calibrated here when the pipeline's inputs are).
+
+        Parameters
+        ----------
+        probs : ndarray of shape (n, k), float in [0, 1]
+            The detector's probabilities, in :attr:`concept_names` order (rows named in ``errors``
+            are skipped and may hold NaN).
+        ids : sequence of str, optional
+            Row names (default ``row_<i>``).
+        errors : dict of int to str, optional
+            Rows that could not be read, and why.
+        inputs : sequence, optional
+            The original inputs (kept in the result for pages).
+        true_class : sequence of str, optional
+            Known classes, copied to the rows.
+
+        Raises
+        ------
+        ValueError
+            A wrong shape or a value outside [0, 1] on a row not in ``errors`` (row and concept named).
+        """
+        errors = dict(errors or {})
+        n = len(probs)
+        ids = [f"row_{i}" for i in range(n)] if ids is None else [str(i) for i in ids]
+        if len(ids) != n or (true_class is not None and len(true_class) != n):
+            raise ValueError(f"{n} rows of probabilities but {len(ids)} ids")
+        ok = np.array([i not in errors for i in range(n)], dtype=bool)
+        X = np.asarray(probs)[ok]
+        if X.shape[0]:
+            X = self.calibrator.transform(X, self.concept_names) if self.calibrator is not None else X
+            X = self.head._check_X(X)
+        rows, index = [], np.cumsum(ok) - 1
+        if X.shape[0]:
+            model = self.head.model_
+            ev = model.evidence(X)
+            proba, sets, mass = ev.pignistic, ev.credal_set, ev.mass
+            ood = model.ood_score(X, self.threshold["kind"])
+            attrs = model.anomalous_features(X, top_k=self.top_k)
+        classes = [str(c) for c in self.head.classes_]
+        for i in range(n):
+            row: dict[str, Any] = {"input": ids[i]}
+            if ok[i]:
+                j = int(index[i])
+                c = int(np.argmax(proba[j]))
+                row.update({
+                    "class": classes[c], "probability": float(proba[j, c]), "belief": float(mass[j, c]),
+                    "set": [classes[m] for m in np.flatnonzero(sets[j])], "set_size": int(sets[j].sum()),
+                    "abstained": bool(sets[j].all()), "ignorance": float(ev.ignorance[j]),
+                    "ood_score": float(ood[j]), "ood_threshold": float(self.threshold["value"]),
+                    "ood_flag": bool(ood[j] > self.threshold["value"]),
+                    "anomalous_attributes": [(a.name, float(a.score)) for a in attrs[j]],
+                })
+            else:
+                row.update(dict.fromkeys(("class", "probability", "belief", "set", "set_size", "abstained",
+                                          "ignorance", "ood_score", "ood_threshold", "ood_flag",
+                                          "anomalous_attributes")))
+            row["true_class"] = None if true_class is None else str(true_class[i])
+            row["error"] = errors.get(i)
+            rows.append(row)
+
+        def explain(i: int) -> Explanation | None:
+            return self.head.model_.explain(X[int(index[i])], top_k=self.top_k) if ok[i] else None
+
+        return Predictions(rows=rows, inputs=[None] * n if inputs is None else list(inputs), explain=explain,
+                           threshold=dict(self.threshold))

@@ -1,0 +1,111 @@
+"""Sparse firing and the shared read-out: parity with slow references, chunks, input fast path."""
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+
+import ferl._readout as readout
+from ferl import FERLClassifier
+from ferl._firing import Firing
+from ferl._membership import trapezoid
+
+
+def _fit(variant="deep", seed=0, **params):
+    X, y = make_classification(n_samples=400, n_features=5, n_informative=3, n_classes=3,
+                               random_state=seed)
+    return FERLClassifier(variant, random_state=seed, **params).fit(X, y), X
+
+
+def _reference(tree, x, margin, gates):
+    """Per node: gated firing, ungated firing and gate loss of one sample (appendix A.2, eq. 8)."""
+    phi, phi0, lost = np.zeros(tree.n_nodes), np.zeros(tree.n_nodes), np.zeros(tree.n_nodes)
+    phi[0] = phi0[0] = 1.0
+    for o in range(tree.n_nodes):
+        f = tree.feature[o]
+        if f < 0:
+            continue
+        v, p = x[f], phi[o]
+        if gates:
+            lo, hi = tree.lo[o], tree.hi[o]
+            g = 1.0 if lo <= v <= hi else max(0.0, 1.0 - max(lo - v, v - hi) / margin[o])
+            lost[o], p = p * (1.0 - g), p * g
+        m = trapezoid(v, *tree.trap[o])
+        phi[tree.left[o]], phi[tree.right[o]] = p * m, p * (1.0 - m)
+        phi0[tree.left[o]], phi0[tree.right[o]] = phi0[o] * m, phi0[o] * (1.0 - m)
+    return phi, phi0, lost
+
+
+@pytest.mark.parametrize("variant", ["compact", "deep"])
+@pytest.mark.parametrize("gates", [True, False])
+def test_sparse_firing_matches_the_reference_inside_and_outside_the_support(variant, gates):
+    clf, X = _fit(variant)
+    rng = np.random.default_rng(1)
+    Z = np.vstack([X[:40], rng.normal(scale=4.0, size=(40, X.shape[1]))])
+    margin = clf._gate_margin()
+    fired = clf.tree_.sparse_firing(Z, gates, margin)
+    phi, phi0, lost = (fired.dense(v) for v in (fired.phi, fired.phi0, fired.lost))
+    for i, z in enumerate(Z):
+        ref = _reference(clf.tree_, z, margin, gates)
+        np.testing.assert_allclose(phi[i], ref[0], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(phi0[i], ref[1], rtol=0, atol=1e-15)
+        np.testing.assert_allclose(lost[i], ref[2], rtol=0, atol=1e-15)
+    assert fired.count.sum() == (np.vstack([_reference(clf.tree_, z, margin, gates)[1]
+                                            for z in Z]) > 0).sum()  # no zero entry kept
+
+
+def test_sparse_firing_grows_when_samples_reach_more_nodes_than_first_guessed():
+    clf, X = _fit("deep")
+    tree = clf.tree_
+    internal = tree.feature >= 0
+    tree.trap = tree.trap.copy()
+    tree.trap[internal, 2], tree.trap[internal, 3] = -1e6, 1e6  # every band covers the data
+    assert tree.n_nodes > 30
+    fired = tree.sparse_firing(X, False, clf._gate_margin())
+    assert fired.count.sum() == X.shape[0] * tree.n_nodes  # every sample reaches every node
+    leaves = tree.is_leaf
+    np.testing.assert_allclose(fired.dense(fired.phi)[:, leaves].sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_firing_from_dense_round_trips():
+    phi = np.array([[1.0, 0.0, 0.25], [1.0, 0.5, 0.0]])
+    fired = Firing.from_dense(phi)
+    np.testing.assert_array_equal(fired.dense(fired.phi), phi)
+    np.testing.assert_array_equal(fired.count, [2, 1, 1])
+
+
+@pytest.mark.parametrize("combination", ["dempster", "cautious"])
+def test_chunked_read_out_equals_one_pass(monkeypatch, combination):
+    clf, X = _fit("deep", combination=combination)
+    Z = np.vstack([X, X[:50] * 3.0])
+    whole = clf._read(Z)
+    monkeypatch.setattr(readout, "CHUNK", 7)
+    parts = clf._read(Z)
+    for name in ("mass", "ignorance", "conflict"):
+        np.testing.assert_array_equal(getattr(parts.evidence, name), getattr(whole.evidence, name))
+    for name in ("routing_loss", "feature_anomaly", "residual", "firing"):
+        np.testing.assert_array_equal(getattr(parts.novelty, name), getattr(whole.novelty, name))
+
+
+def test_fast_input_path_gives_what_validation_gives():
+    clf, X = _fit("deep")
+    Z = X[:30]
+    expected = clf.predict_proba(Z)
+    for same in (Z.tolist(), np.asfortranarray(Z), Z[::1, :]):
+        np.testing.assert_allclose(clf.predict_proba(same), expected, rtol=1e-12)
+    bad = Z.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        clf.predict_proba(bad)
+    with pytest.raises(ValueError, match="features"):
+        clf.predict_proba(Z[:, :3])
+
+
+def test_margins_follow_parameters_changed_after_fit():
+    clf, X = _fit("deep")
+    far = X[:20] * 2.0 + 1.0
+    before = clf.ood_score(far, kind="firing")
+    clf.set_params(support_margin=5.0)
+    after = clf.ood_score(far, kind="firing")
+    assert after.sum() < before.sum()  # wider margins lose less routing mass
+    clf.set_params(support_margin=1.0)
+    np.testing.assert_array_equal(clf.ood_score(far, kind="firing"), before)
