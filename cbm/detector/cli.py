@@ -56,6 +56,11 @@ def detector_parser() -> ArgumentParser:
                         help="'imbalance': Koh et al.'s per-concept positive weights")
     parser.add_argument("--export_splits", type=list[str], default=["train", "val", "test"],
                         help="splits whose concept probabilities are written to concepts/")
+    parser.add_argument("--crossfit_folds", type=int, default=0,
+                        help="K >= 2: also write out-of-fold train concepts (concepts/train_crossfit.npz)")
+    parser.add_argument("--feature_cache", type=str | None, default=None,
+                        help="folder of cached backbone features (model.freeze_backbone; default "
+                             "<run-dir>/detector/features)")
     add_threads_argument(parser)
     parser.add_class_arguments(ConceptDataModule, "data", skip={"table"})
     parser.add_class_arguments(ConceptDetector, "model", skip=_DATA_DERIVED)
@@ -90,6 +95,8 @@ def train_detector_main(argv: Sequence[str] | None = None) -> None:
                 pos_weight=cfg.pos_weight,
                 ckpt_path=cfg.ckpt_path,
                 export_splits=cfg.export_splits,
+                crossfit_folds=cfg.crossfit_folds,
+                feature_cache=cfg.feature_cache,
                 config_text=parser.dump(cfg),
             )
 

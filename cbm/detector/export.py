@@ -1,8 +1,9 @@
 """The concept-table export that ends a detector run, written as one step.
 
-Every split's concept probabilities are predicted in memory first; then ``concepts/{split}.npz``
-and ``detector/metrics.json`` are replaced together (:class:`ferl.persist.StepWriter`), so a run
-stopped during the export keeps its previous tables and metrics, all of one export.
+Every split's concept probabilities are predicted in memory first (on one device, :func:`predictor`
+and :func:`predict`); then ``concepts/{split}.npz`` (with the cross-fitted train table when the
+run has one) and ``detector/metrics.json`` are replaced together (:class:`ferl.persist.StepWriter`),
+so a run stopped during the export keeps its previous tables and metrics, all of one export.
 """
 
 from __future__ import annotations
@@ -12,15 +13,60 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
-from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from torch.utils.data import DataLoader
 
 from cbm.data.concept_tables import ConceptTable
-from cbm.detector.module import concept_metrics
+from cbm.detector.metrics import concept_metrics
 from ferl.persist import StepWriter
 
-__all__ = ["export_concept_tables"]
+__all__ = ["export_concept_tables", "export_loaders", "predict", "predictor"]
+
+
+def predictor(accelerator: str = "auto", precision: str | None = "32-true") -> Trainer:
+    """A quiet one-device Lightning Trainer for prediction (no logger, checkpoints or bars)."""
+    return Trainer(accelerator=accelerator, devices=1, precision=precision, logger=False,
+                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+
+
+def predict(model: LightningModule, loader: DataLoader, trainer: Trainer,
+            doing: str = "predicting concept probabilities") -> np.ndarray:
+    """``model.predict_step`` outputs over ``loader``, concatenated: float32 ndarray (n, ...);
+    ``doing`` names the work in the message of an interrupted prediction.
+
+    Raises
+    ------
+    SystemExit
+        SIGTERM arrived during the prediction while Lightning's handler was the only one (a caller
+        without a handler of its own: Lightning would note the signal and go on).
+    """
+    out = torch.cat(trainer.predict(model, dataloaders=loader)).float().cpu().numpy()
+    if trainer.received_sigterm:  # Lightning's handler notes SIGTERM during predict, then goes on
+        raise SystemExit(f"interrupted by SIGTERM while {doing}")
+    return out
+
+
+def export_loaders(datamodule: LightningDataModule, splits: Sequence[str]) -> dict[str, DataLoader]:
+    """Evaluation loaders (eval transform, table order) of the splits to export; checked early.
+
+    Uses :meth:`cbm.data.ConceptDataModule.eval_dataloader`, whose ``.dataset`` carries the
+    ``sample_ids``, ``targets`` and ``concept_labels`` of the split in loader order.
+
+    Raises
+    ------
+    ValueError
+        A split without samples.
+    """
+    loaders = {}
+    for split in splits:
+        loader = datamodule.eval_dataloader(split)
+        if len(loader.dataset) == 0:
+            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give "
+                             "each class more samples (a per-class split of very few samples can be empty)")
+        loaders[split] = loader
+    return loaders
 
 
 def export_concept_tables(
@@ -30,9 +76,10 @@ def export_concept_tables(
     class_names: Sequence[str],
     *,
     accelerator: str,
-    precision: str,
+    precision: str | None,
     summary: Mapping[str, Any],
-    concept_groups: Mapping[str, Sequence[str]] | None = None,
+    concept_groups: Mapping[str, Sequence[int]] | Sequence[str] | None = None,
+    predicted: Mapping[str, tuple[np.ndarray, Any]] | None = None,
 ) -> tuple[dict[str, Path], dict[str, dict]]:
     """Predict every split with ``model`` and write the tables and ``detector/metrics.json`` together.
 
@@ -44,16 +91,19 @@ def export_concept_tables(
         The model to export (the best checkpoint's, or the final weights).
     loaders : mapping of str to DataLoader
         Evaluation loaders whose ``.dataset`` has ``concept_labels``, ``targets`` and
-        ``sample_ids`` in loader order (:meth:`cbm.data.ConceptDataModule.eval_dataloader`).
+        ``sample_ids`` in loader order (:func:`export_loaders`).
     class_names : sequence of str
     accelerator, precision : str
         Of the single-device predictor.
     summary : mapping
         Fields of ``detector/metrics.json`` besides ``splits`` (which this function adds: the
         :func:`~cbm.detector.concept_metrics` and size of every split, NaN written as null).
-    concept_groups : mapping of str to sequence of str, optional
-        The data set's concept groups (group -> concept names), saved in each table for
-        interventions (:class:`cbm.concepts.ConceptGroups`).
+    concept_groups : mapping or sequence, optional
+        The data set's concept groups (``{group: [concept indices]}`` or one name per concept),
+        saved in each table for interventions (:class:`cbm.concepts.ConceptGroups`).
+    predicted : mapping of str to (ndarray, dataset), optional
+        Tables predicted elsewhere (the cross-fitted train probabilities, ``train_crossfit``) with
+        the dataset whose rows they follow; written in the same step.
 
     Returns
     -------
@@ -65,22 +115,19 @@ def export_concept_tables(
     Raises
     ------
     SystemExit
-        SIGTERM arrived during a prediction while Lightning's handler was the only one (a caller
-        without a handler of its own: Lightning would note the signal and finish the export).
+        SIGTERM during a prediction (see :func:`predict`); nothing was written then.
     """
-    predictor = Trainer(accelerator=accelerator, devices=1, precision=precision, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    tables: dict[str, ConceptTable] = {}
-    for split, loader in loaders.items():
-        probs = torch.cat(predictor.predict(model, dataloaders=loader)).float().cpu().numpy()
-        if predictor.received_sigterm:  # Lightning's handler notes SIGTERM during predict, then goes on
-            raise SystemExit(f"interrupted by SIGTERM while exporting the concept tables; the concept tables "
-                             f"and detector/metrics.json in {run_dir} are unchanged")
-        ds = loader.dataset
-        tables[split] = ConceptTable(
-            probs=probs, concept_labels=ds.concept_labels, y=ds.targets,
-            concept_names=list(model.concept_names), class_names=list(class_names),
-            sample_ids=ds.sample_ids, split=split, concept_groups=concept_groups)
+    one_device = predictor(accelerator, precision)
+    doing = (f"exporting the concept tables; the concept tables and detector/metrics.json in {run_dir} "
+             "are unchanged")
+    rows = {split: (predict(model, loader, one_device, doing), loader.dataset)
+            for split, loader in loaders.items()}
+    rows.update(predicted or {})
+    tables = {split: ConceptTable(
+        probs=probs, concept_labels=ds.concept_labels, y=ds.targets,
+        concept_names=list(model.concept_names), class_names=list(class_names),
+        sample_ids=ds.sample_ids, split=split, concept_groups=concept_groups)
+        for split, (probs, ds) in rows.items()}
     metrics = {split: {**concept_metrics(t.probs, t.concept_labels), "n": t.n_samples}
                for split, t in tables.items()}
     doc = {**summary, "splits": {split: {k: None if v != v else v for k, v in m.items()}  # NaN -> null

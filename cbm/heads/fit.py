@@ -7,7 +7,10 @@
    names that differ between the tables raise);
 2. fits a :class:`cbm.concepts.calibration.ConceptCalibrator` on **val** and writes ``calibration.json``;
 3. fits every requested head (:mod:`cbm.heads`) on **train** twice, on raw and on calibrated concept
-   probabilities, and evaluates it on **test** (:func:`evaluate_head`);
+   probabilities, and evaluates it on **test** (:func:`evaluate_head`). The training vectors are the
+   detector's cross-fitted (out-of-fold) train concepts when the run has them, else its in-sample
+   ones (``--train-concepts``, :mod:`cbm.heads.train_concepts`); the other sources, and the true
+   concepts (Koh et al.'s independent head), are fitted too and reported beside them;
 4. writes ``head/<name>/{raw,calibrated}/`` (``head.json`` with, for FERL heads, the novelty
    threshold accepting 95 % of val (:meth:`cbm.heads.FERLHead.fit_ood_threshold`), ``model.json``,
    ``model.npz``, ``rules.md`` with concept names), merges a ``fit_head`` entry into
@@ -45,6 +48,7 @@ from cbm.concepts.calibration import ConceptCalibrator, concept_ece
 from cbm.data.concept_tables import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.heads.tables import heads_frame, heads_markdown
+from cbm.heads.train_concepts import TRAIN_CONCEPTS, crossfit_table, resolve_train_concepts, train_inputs
 from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
 from ferl import metrics as M
@@ -166,6 +170,30 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
     return out
 
 
+def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y_train: np.ndarray,
+               y_test: np.ndarray, concept_names: list[str], seed: int,
+               source: str) -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
+    """Fit and evaluate every head on both input kinds (FERL heads with their novelty threshold on
+    ``X_val``, the one `predict` reads); returns the results and the fitted heads by (name, kind)."""
+    results: dict = {name: {} for name in names}
+    fitted: dict[tuple[str, str], ConceptHead] = {}
+    for kind in INPUTS:
+        for name in names:
+            options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
+                       if name == "lr-restricted" else {})
+            start = time.perf_counter()
+            head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
+            fit_seconds = time.perf_counter() - start
+            if isinstance(head, FERLHead):
+                head.fit_ood_threshold(X_val[kind])
+            metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
+            fitted[name, kind] = head
+            results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
+            log.info("%s (%s, %s train concepts): test accuracy %.4f", name, kind, source,
+                     metrics["accuracy"])
+    return results, fitted
+
+
 def fit_head(
     concepts: str | os.PathLike,
     out: str | os.PathLike,
@@ -173,6 +201,8 @@ def fit_head(
     seed: int = 0,
     dataset: str = "auto",
     open_world: bool | None = None,
+    train_concepts: str = "auto",
+    compare_train_concepts: bool = True,
 ) -> dict:
     """Run the job; see the module docstring.
 
@@ -191,6 +221,12 @@ def fit_head(
         Which of the paper's Table 4 values to print beside ours; "auto" reads ``config.yaml``.
     open_world : bool or None
         Allow test classes unseen in train (left out of the metrics); None reads ``config.yaml``.
+    train_concepts : {"auto", "cross-fitted", "in-sample", "independent"}
+        Training vectors of the saved heads and of the main table (:mod:`cbm.heads.train_concepts`);
+        ``auto``: cross-fitted when ``concepts/train_crossfit.npz`` exists, else in-sample.
+    compare_train_concepts : bool
+        Also fit every head on the other available sources (metrics only, not saved), for the
+        table "heads by training concepts".
 
     Returns
     -------
@@ -243,23 +279,20 @@ def fit_head(
                 "calibrated": {s: calibrator.transform(t.probs, t.concept_names) for s, t in tables.items()},
             }
             y_train, y_test = class_names[train.y], class_names[test.y[seen]]
-            results: dict = {name: {} for name in names}
-            fitted: dict[tuple[str, str], ConceptHead] = {}
-            for kind in INPUTS:
-                X_train, X_test = inputs[kind]["train"], inputs[kind]["test"][seen]
-                for name in names:
-                    options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
-                               if name == "lr-restricted" else {})
-                    start = time.perf_counter()
-                    head = make_head(name, seed=seed, **options).fit(X_train, y_train, concept_names)
-                    fit_seconds = time.perf_counter() - start
-                    if isinstance(head, FERLHead):  # the run's novelty threshold, read by `predict`
-                        head.fit_ood_threshold(inputs[kind]["val"])
-                    metrics = evaluate_head(head, X_test, y_test, concept_names)
-                    fitted[name, kind] = head
-                    results[name][kind] = {**metrics, "size": head.size(),
-                                           "fit_seconds": round(fit_seconds, 3)}
-                    log.info("%s (%s): test accuracy %.4f", name, kind, metrics["accuracy"])
+            crossfit = crossfit_table(concepts, train)
+            main = resolve_train_concepts(train_concepts, crossfit is not None)
+            sources = [main] + [s for s in TRAIN_CONCEPTS if compare_train_concepts and s != main
+                                and (s != "cross-fitted" or crossfit is not None)]
+            X_val = {kind: inputs[kind]["val"] for kind in INPUTS}
+            X_test = {kind: inputs[kind]["test"][seen] for kind in INPUTS}
+            compared, fitted = {}, {}
+            for source in sources:
+                compared[source], heads_of = _fit_heads(
+                    names, train_inputs(source, train, crossfit, calibrator), X_val, X_test, y_train, y_test,
+                    concept_names, seed, source)
+                if source == main:
+                    fitted = heads_of
+            results = compared[main]
 
             entry = {
                 "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),
@@ -271,13 +304,17 @@ def fit_head(
                 "calibration": {**_calibration_summary(tables, inputs["calibrated"]),
                                 "map_kinds": dict(Counter(calibrator.kinds_)),
                                 "constant_maps": calibrator.constant_maps()},
-                "heads": results,
+                "heads": results, "train_concepts": main,
+                "train_concepts_compared": {
+                    src: {h: {k: {m: r[h][k][m] for m in ("accuracy", "aurc", "ece")} for k in INPUTS}
+                          for h in names}
+                    for src, r in compared.items()},
             }
             doc["fit_head"] = entry
             with StepWriter(out) as step:
                 calibrator.save(step.path(out / "calibration.json"))
                 for (name, kind), head in fitted.items():
-                    note = f"<!-- inputs: {kind} concept probabilities -->\n"
+                    note = f"<!-- inputs: {kind} concept probabilities, {main} train concepts -->\n"
                     step.folder(out / "head" / name / kind, partial(head.save, rules_note=note))
                 step.write_text(metrics_path, json.dumps(doc, indent=1) + "\n")
                 step.write_text(out / "tables" / "heads.md", heads_markdown(entry))
@@ -303,6 +340,11 @@ def fit_head_parser() -> ArgumentParser:
                         help="paper values to print beside ours ('auto': from the run's config.yaml)")
     parser.add_argument("--open-world", type=bool | None, default=None,
                         help="allow test classes unseen in train (default: the run config's data.fold)")
+    parser.add_argument("--train-concepts", type=Literal["auto", *TRAIN_CONCEPTS], default="auto",
+                        help="training vectors of the heads: 'auto' = cross-fitted when the run has "
+                             "concepts/train_crossfit.npz, else in-sample; 'independent' = true concepts")
+    parser.add_argument("--compare-train-concepts", type=bool, default=True,
+                        help="also fit the heads on the other training-concept sources (reported only)")
     add_threads_argument(parser)
     return parser
 
@@ -326,7 +368,8 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
     def job():
         set_threads(cfg.threads)
         return fit_head(cfg.run or cfg.concepts, out, heads=[h.strip() for h in heads], seed=cfg.seed,
-                        dataset=cfg.dataset, open_world=cfg.open_world)
+                        dataset=cfg.dataset, open_world=cfg.open_world, train_concepts=cfg.train_concepts,
+                        compare_train_concepts=cfg.compare_train_concepts)
 
     console_main("fit-head", job)
     print((out / "tables" / "heads.md").read_text())

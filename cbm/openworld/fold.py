@@ -10,7 +10,9 @@ For every seed and every class-disjoint fold (:func:`cbm.data.folds.class_disjoi
 3. the FERL heads (:mod:`cbm.heads`) and the dedicated detectors
    (:data:`ferl.benchmarks.ood.DETECTORS`: class-conditional Mahalanobis with a shared Ledoit-Wolf
    covariance, kNN distance with k = 5, Isolation Forest) are fitted on the retained **train**
-   vectors;
+   vectors: the detector's cross-fitted (out-of-fold) train concepts when the detector config sets
+   ``crossfit_folds`` (``EvalSettings.train_concepts``, :mod:`cbm.heads.train_concepts`), else its
+   in-sample ones;
 4. each score's threshold accepts ``accept`` (95 %) of the retained **val** vectors
    (:func:`ferl.metrics.fit_acceptance_threshold`);
 5. scores of retained-class **test** images (in-distribution) and held-out-class test images
@@ -46,8 +48,10 @@ from cbm.data.concept_tables import ConceptTable, load_concept_tables
 from cbm.data.folds import ClassFold
 from cbm.data.tables import SampleTable
 from cbm.detector.cli import detector_parser
+from cbm.detector.crossfit import CROSSFIT_SPLIT
 from cbm.detector.train import train_detector
 from cbm.heads import FERLHead, make_head
+from cbm.heads.train_concepts import resolve_train_concepts
 from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_truth, precision_at_k
 from cbm.openworld.settings import EvalSettings, check_keep_checkpoints, prune_checkpoints
 from ferl import metrics as M
@@ -64,10 +68,14 @@ __all__ = [
 ]
 
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
-#: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves.
+#: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves;
+#: 5: ``train_concepts`` (the heads' training vectors: cross-fitted or in-sample), FERL heads with the
+#: novelty discount and the leaf-Gaussian ``nll`` score.
 RESULT_VERSION = 5
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
+
+
 def _record(steps: dict, step: str, y: np.ndarray, allowed: Sequence[int], fold: ClassFold) -> None:
     """Record the classes a step used; raise ValueError when any lies outside ``allowed``."""
     classes = np.unique(np.asarray(y)).astype(int).tolist()
@@ -92,7 +100,8 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
     dm.setup("fit")
     _record(steps, "detector_train", dm.datasets["train"].targets, fold.retained, fold)
     _record(steps, "detector_checkpoint_selection", dm.datasets["val"].targets, fold.retained, fold)
-    tables_there = all((fold_dir / "concepts" / f"{p}.npz").is_file() for p in PARTS)
+    parts = [*PARTS, CROSSFIT_SPLIT] if cfg.crossfit_folds else list(PARTS)
+    tables_there = all((fold_dir / "concepts" / f"{p}.npz").is_file() for p in parts)
     metrics_file = fold_dir / "detector" / "metrics.json"
     if not overwrite and tables_there and metrics_file.is_file():
         if not _same_yaml(fold_dir / "config.yaml", text):
@@ -104,7 +113,8 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
             shutil.rmtree(fold_dir)
         train_detector(dm, run_dir=fold_dir, model=cfg.model.as_dict(), trainer=cfg.trainer.as_dict(),
                        seed=cfg.seed, logger=cfg.logger, monitor=cfg.monitor, pos_weight=cfg.pos_weight,
-                       export_splits=list(PARTS), config_text=text)
+                       export_splits=list(PARTS), crossfit_folds=cfg.crossfit_folds,
+                       feature_cache=cfg.feature_cache, config_text=text)
         status = "trained"
     summary = json.loads(metrics_file.read_text())
     return {"status": status, "epochs": summary["epochs"], "fit_seconds": summary["fit_seconds"],
@@ -220,7 +230,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     ----------
     tables : mapping of str to ConceptTable
         ``train``, ``val``, ``test`` (retained classes) and ``novel`` (held-out classes) detector
-        outputs, e.g. ``load_concept_tables(fold_dir, splits=PARTS)``.
+        outputs, e.g. ``load_concept_tables(fold_dir, splits=PARTS)``; optionally
+        ``train_crossfit`` (cross-fitted train concepts, same rows as ``train``).
     class_concepts : ndarray of shape (n_classes, n_concepts), {0, 1}
         Class profiles for :func:`anomaly_ground_truth`.
     fold : ClassFold
@@ -248,6 +259,12 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     cal = ConceptCalibrator().fit(tables["val"].probs, tables["val"].concept_labels, concept_names)
     _record(steps, "calibration", tables["val"].y, fold.retained, fold)
     X = {p: cal.transform(tables[p].probs, concept_names) for p in PARTS}
+    source = resolve_train_concepts(settings.train_concepts, CROSSFIT_SPLIT in tables)
+    if source == "cross-fitted":
+        if not np.array_equal(tables[CROSSFIT_SPLIT].sample_ids, tables["train"].sample_ids):
+            raise ValueError(f"fold {fold.index}: the cross-fitted train table holds other rows than train")
+        _record(steps, CROSSFIT_SPLIT, tables[CROSSFIT_SPLIT].y, fold.retained, fold)
+        X["train"] = cal.transform(tables[CROSSFIT_SPLIT].probs, concept_names)
     y_train, label_of = tables["train"].y, np.asarray(names)
     truth = anomaly_ground_truth(class_concepts, fold.held_out, fold.retained)
     gt = np.stack([truth[c][1] for c in tables["novel"].y])
@@ -278,7 +295,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     result = {
         "retained": list(fold.retained), "held_out": list(fold.held_out),
         "held_out_names": [names[c] for c in fold.held_out], "n": {p: tables[p].n_samples for p in PARTS},
-        "steps": steps, "ood": ood, "heads": heads_out, "examples": explained,
+        "steps": steps, "train_concepts": source, "ood": ood, "heads": heads_out, "examples": explained,
         "ground_truth": {names[c]: {"nearest_retained": [names[n] for n in near],
                                     "concepts": [concept_names[j] for j in np.flatnonzero(mask)]}
                          for c, (near, mask) in truth.items()},
@@ -343,7 +360,8 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
     start = time.perf_counter()
     steps: dict = {}
     det_info = _train_or_reuse(table, fold, fold_dir, detector, overwrite, steps, keep_checkpoints)
-    tables = load_concept_tables(fold_dir, splits=PARTS)
+    crossfit = (fold_dir / "concepts" / f"{CROSSFIT_SPLIT}.npz").is_file()
+    tables = load_concept_tables(fold_dir, splits=[*PARTS, CROSSFIT_SPLIT] if crossfit else PARTS)
     ev = evaluate_fold(tables, table.class_concepts, fold, seed, settings, examples=examples)
     result = {"seed": seed, "fold": fold.index, **ev.result, "steps": steps | ev.result["steps"],
               "detector": det_info, "scores_file": "scores.npz",

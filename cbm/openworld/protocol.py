@@ -147,6 +147,8 @@ def run_openworld(
     out = Path(out)
     start = time.perf_counter()
     base = _base_detector(detector, data_root)
+    if (base.get("model") or {}).get("freeze_backbone"):  # every fold reads the same cached features
+        base.setdefault("feature_cache", str(out / "features"))
     if detector_epochs is not None:
         if detector_epochs < 1:
             raise ValueError(f"detector_epochs must be >= 1, got {detector_epochs}")
@@ -231,6 +233,10 @@ def openworld_parser() -> ArgumentParser:
                    help="attribute-naming precision@k")
     p.add_argument("--examples-per-fold", type=int, default=EvalSettings.examples_per_fold,
                    help="held-out images explained per fold in examples.md (first seed only)")
+    p.add_argument("--train-concepts", type=Literal["auto", "cross-fitted", "in-sample"],
+                   default=EvalSettings.train_concepts,
+                   help="training vectors of heads and baselines: 'auto' = cross-fitted when the detector "
+                        "config sets crossfit_folds, else in-sample")
     p.add_argument("--paper", type=str, default="auto", help="auto | awa2 | cub200 | none")
     p.add_argument("--detector-epochs", type=int | None, default=None, help="override trainer.max_epochs")
     p.add_argument("--data-root", type=str | None, default=None, help="override data.data_root")
@@ -262,7 +268,7 @@ def evaluate_openworld_main(argv: Sequence[str] | None = None) -> None:
             raise ValueError("no detector configuration: give --config with a 'detector:' section")
         settings = EvalSettings(heads=tuple(cfg.heads), ferl_kinds=tuple(cfg.ferl_kinds),
                                 baselines=tuple(cfg.baselines), accept=cfg.accept, top_k=tuple(cfg.top_k),
-                                examples_per_fold=cfg.examples_per_fold)
+                                examples_per_fold=cfg.examples_per_fold, train_concepts=cfg.train_concepts)
         with folder_lock(out), phase("preparing the folds", f"{out} holds at most its folds.json besides "
                                                               "what it held before"):
             return run_openworld(cfg.detector, out, name=cfg.name, seeds=cfg.seeds, folds=cfg.folds,

@@ -37,6 +37,9 @@ class EvalSettings:
         Attribute-naming precision@k for these k.
     examples_per_fold : int
         Explained held-out images per fold (first seed only).
+    train_concepts : {"auto", "cross-fitted", "in-sample"}
+        Training vectors of the heads and baselines (:mod:`cbm.heads.train_concepts`); ``auto``:
+        cross-fitted when the fold's detector wrote them (``crossfit_folds`` in its config).
     """
 
     heads: tuple[str, ...] = ("ferl-deep",)
@@ -45,6 +48,7 @@ class EvalSettings:
     accept: float = 0.95
     top_k: tuple[int, ...] = (1, 3, 5)
     examples_per_fold: int = 2
+    train_concepts: str = "auto"
 
     def __post_init__(self) -> None:
         bad_heads = [h for h in self.heads if not h.startswith("ferl-")]
@@ -63,6 +67,9 @@ class EvalSettings:
             raise ValueError(f"top_k must be positive integers, got {list(self.top_k)}")
         if self.examples_per_fold < 0:
             raise ValueError("examples_per_fold must be >= 0")
+        if self.train_concepts not in ("auto", "cross-fitted", "in-sample"):
+            raise ValueError("train_concepts must be auto, cross-fitted or in-sample, "
+                             f"got {self.train_concepts!r}")
 
     @property
     def detectors(self) -> list[str]:

@@ -83,7 +83,9 @@ def test_files_of_a_run(run):
         assert row in table
     assert "Paper" not in table  # a synthetic run has no paper values
     csv = pd.read_csv(run / "tables" / "heads.csv")
-    assert len(csv) == 10 and set(csv["inputs"]) == {"raw", "calibrated"}
+    saved = csv[csv["train_concepts"] == "in-sample"]  # no cross-fitted table here
+    assert len(saved) == 10 and set(saved["inputs"]) == {"raw", "calibrated"}
+    assert len(csv[csv["train_concepts"] == "independent"]) == 10
 
 
 def test_calibrated_concepts_have_lower_ece_on_val(run):
