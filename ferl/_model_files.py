@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 
 from ferl import persist
+from ferl._params import check_params
 from ferl._tree import FuzzyTree
+from ferl.presets import PARAMETER_CONSTRAINTS
 from ferl.typicality import RIDGE, LeafGaussians
 
 __all__ = ["save_classifier", "load_classifier"]
@@ -72,7 +74,7 @@ def load_classifier(cls, path: str | os.PathLike):
         raise ValueError(f"{path}: model.json lacks the fields {missing}")
     try:
         est = cls(**meta["params"], random_state=meta["random_state"])
-        est._validate_params()
+        check_params(est, PARAMETER_CONSTRAINTS)
         est.classes_ = np.asarray(meta["classes"], dtype=None if meta["classes_dtype"] == "str"
                                   else np.dtype(meta["classes_dtype"]))
     except (TypeError, ValueError) as err:

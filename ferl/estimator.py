@@ -6,19 +6,21 @@ import os
 from numbers import Integral
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ferl import certificate
 from ferl._builder import grow_tree
 from ferl._inputs import (
+    check_sample_weight,
     one_sample,
     rescale_weights,
     resolve_feature_names,
     seed_from,
 )
 from ferl._model_files import load_classifier, save_classifier
+from ferl._params import check_params
 from ferl._partitions import fixed_partitions
 from ferl._readout import Readout, discounted, read_out
 from ferl.evidence import Evidence
@@ -130,8 +132,6 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     """
 
-    _parameter_constraints: dict = PARAMETER_CONSTRAINTS
-
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
                  partition=None, gain=None, evidence_nodes=None, combination="dempster",
                  n_bootstrap=25, width_factor=2.0, min_width=0.05, min_gain=None, patience=None,
@@ -158,7 +158,6 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fit
-    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None, feature_names=None):
         """Grow the fuzzy tree (paper algorithm 1).
 
@@ -180,14 +179,17 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            NaN or inf in X, empty X, labels of another length than X, `sample_weight` of the wrong
-            shape or negative, fewer than two classes (with positive weight), `feature_names` of
-            the wrong length, a non-constant feature whose variance overflows float64 or lies below
-            `ferl.novelty.MIN_VARIANCE` (the message names it; rescale X).
+            A parameter outside its constraints (`ferl.presets.PARAMETER_CONSTRAINTS`; the message
+            names it), NaN or inf in X, empty X, labels of another length than X, `sample_weight` of
+            the wrong shape, negative, non-finite or all zero, fewer than two classes (with positive
+            weight), `feature_names` of the wrong length, a non-constant feature whose variance
+            overflows float64 or lies below `ferl.novelty.MIN_VARIANCE` (the message names it;
+            rescale X).
         """
+        check_params(self, PARAMETER_CONSTRAINTS)
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
-        sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        sw = check_sample_weight(sample_weight, X.shape[0])
         sw, unit = rescale_weights(sw)  # only relative weights matter
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
