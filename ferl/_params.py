@@ -43,6 +43,7 @@ class Range:
         self.kind, self.low, self.high, self.closed = kind, low, high, closed
 
     def accepts(self, value) -> bool:
+        """Whether ``value`` is a number of this kind (not a bool), finite, inside the interval."""
         if isinstance(value, bool | np.bool_) or not isinstance(value, self.kind):
             return False
         if not isinstance(value, Integral) and not math.isfinite(value):
@@ -66,6 +67,7 @@ class Options:
         self.options = frozenset(options)
 
     def accepts(self, value) -> bool:
+        """Whether ``value`` is one of the strings."""
         return isinstance(value, str) and value in self.options
 
     def __str__(self) -> str:
@@ -100,7 +102,8 @@ def check_params(est, constraints: dict) -> None:
     Parameters
     ----------
     est : estimator
-        Has ``get_params``; every parameter must have an entry in ``constraints``.
+        Has ``get_params``; a parameter without an entry in ``constraints`` is not checked (a
+        subclass may add parameters).
     constraints : dict of str to list
         What each parameter may be: a list of `Range`, `Options`, `BOOLEAN`, `RANDOM_STATE` or None.
 
@@ -109,12 +112,10 @@ def check_params(est, constraints: dict) -> None:
     InvalidParameterError
         A parameter that satisfies none of its entries (the message names the parameter, its value
         and what is allowed); a ValueError and a TypeError.
-    KeyError
-        A parameter without an entry (a programming error).
     """
     for name, value in est.get_params(deep=False).items():
-        allowed = constraints[name]
-        if not any(_accepts(entry, value) for entry in allowed):
+        allowed = constraints.get(name)
+        if allowed is not None and not any(_accepts(entry, value) for entry in allowed):
             texts = ["None" if entry is None else str(entry) for entry in allowed]
             what = texts[0] if len(texts) == 1 else f"{', '.join(texts[:-1])} or {texts[-1]}"
             raise InvalidParameterError(f"The {name!r} parameter of {type(est).__name__} must be {what}. "

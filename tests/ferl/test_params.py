@@ -54,6 +54,17 @@ def test_fit_accepts_numpy_scalars_and_bounds(iris, params):
     assert FERLClassifier(**params).fit(*iris).n_rules_ == 2
 
 
+def test_a_subclass_parameter_without_a_constraint_is_not_checked(iris):
+    class Tagged(FERLClassifier):
+        def __init__(self, variant="deep", *, tag=None, max_rules=None):
+            super().__init__(variant, max_rules=max_rules)
+            self.tag = tag
+
+    assert Tagged(tag=object(), max_rules=3).fit(*iris).n_rules_ == 3
+    with pytest.raises(InvalidParameterError, match="'max_rules' parameter of Tagged"):
+        Tagged(tag=1, max_rules=0).fit(*iris)
+
+
 @pytest.mark.parametrize("value, closed, accepted", [
     (0, "left", True), (0, "right", False), (1, "right", True), (1, "left", False),
     (0, "neither", False), (1, "both", True), (0.5, "neither", True), (-0.1, "both", False),
