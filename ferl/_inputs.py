@@ -1,5 +1,5 @@
-"""Checks and preparation of `FERLClassifier`'s inputs: fit's weights, names, seed and the
-free-feature variances the novelty read-out divides by; `explain`'s single sample."""
+"""Checks and preparation of `FERLClassifier`'s inputs: fit's weights, names and seed; `explain`'s
+single sample."""
 
 from __future__ import annotations
 
@@ -7,7 +7,51 @@ from numbers import Integral
 
 import numpy as np
 
-__all__ = ["rescale_weights", "resolve_feature_names", "seed_from", "one_sample"]
+__all__ = ["check_sample_weight", "rescale_weights", "resolve_feature_names", "seed_from", "one_sample"]
+
+
+def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
+    """Validate fit's ``sample_weight`` for ``n_samples`` rows.
+
+    Parameters
+    ----------
+    sample_weight : array-like of shape (n_samples,), number or None
+        Real weights (bools and integers are converted); a number weighs every row the same; None
+        means all ones.
+    n_samples : int
+
+    Returns
+    -------
+    ndarray of shape (n_samples,), float64, C-contiguous, finite, >= 0, not all zero
+        A new array (the caller's is never written to).
+
+    Raises
+    ------
+    ValueError
+        A non-numeric or complex weight, another shape, NaN or infinity, a negative weight, or
+        all weights zero (the message names the problem).
+    """
+    if sample_weight is None:
+        return np.ones(n_samples)
+    sw = np.asarray(sample_weight)
+    if sw.dtype.kind == "O":  # e.g. a pandas nullable column
+        try:
+            sw = sw.astype(np.float64)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"sample_weight must hold real numbers: {err}") from err
+    if sw.dtype.kind not in "biuf":
+        raise ValueError(f"sample_weight must hold real numbers, got dtype {sw.dtype}")
+    sw = np.array(np.broadcast_to(sw, (n_samples,)) if sw.ndim == 0 else sw, dtype=np.float64, order="C")
+    if sw.shape != (n_samples,):
+        raise ValueError(f"sample_weight has shape {sw.shape}, expected ({n_samples},): one weight per "
+                         f"sample, or a scalar")
+    if not np.isfinite(sw).all():
+        raise ValueError("sample_weight contains NaN or infinity")
+    if (sw < 0).any():
+        raise ValueError(f"Negative values in sample_weight (min {float(sw.min())!r}); weights must be >= 0")
+    if not sw.any():
+        raise ValueError("sample_weight is zero everywhere: at least one weight must be positive")
+    return sw
 
 
 def rescale_weights(sw: np.ndarray) -> tuple[np.ndarray, float]:

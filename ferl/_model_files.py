@@ -5,7 +5,7 @@ model or nothing); this module maps the estimator's fitted state onto them and c
 model before any inference (the numba kernels index the node arrays without bounds checks, and
 the novelty scores divide by the saved variances, so a hand-edited file must fail here, not
 crash or return NaN there). Arrays the checks do not know are loaded and ignored, so a later
-version may save more.
+version may save more. `ModelFilesMixin` gives `FERLClassifier` its ``save`` and ``load``.
 """
 
 from __future__ import annotations
@@ -13,14 +13,18 @@ from __future__ import annotations
 import os
 from numbers import Integral
 from pathlib import Path
+from typing import Self
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from ferl import persist
+from ferl._params import check_params
 from ferl._tree import FuzzyTree
+from ferl.presets import PARAMETER_CONSTRAINTS
 from ferl.typicality import RIDGE, LeafGaussians
 
-__all__ = ["save_classifier", "load_classifier"]
+__all__ = ["ModelFilesMixin", "save_classifier", "load_classifier"]
 
 
 def save_classifier(est, path: str | os.PathLike) -> Path:
@@ -72,7 +76,7 @@ def load_classifier(cls, path: str | os.PathLike):
         raise ValueError(f"{path}: model.json lacks the fields {missing}")
     try:
         est = cls(**meta["params"], random_state=meta["random_state"])
-        est._validate_params()
+        check_params(est, PARAMETER_CONSTRAINTS)
         est.classes_ = np.asarray(meta["classes"], dtype=None if meta["classes_dtype"] == "str"
                                   else np.dtype(meta["classes_dtype"]))
     except (TypeError, ValueError) as err:
@@ -210,3 +214,29 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
 
 def _corrupted(path, problem: str):
     raise ValueError(f"{path}: corrupted model ({problem}); refit and save the model again")
+
+
+class ModelFilesMixin:
+    """`FERLClassifier`'s ``save`` and ``load`` over this module's files."""
+
+    def save(self, path: str | os.PathLike):
+        """Save the fitted model as ``path/model.json`` + ``path/model.npz`` (no pickle, atomic).
+
+        Returns
+        -------
+        pathlib.Path
+            The folder.
+        """
+        check_is_fitted(self, "tree_")
+        return save_classifier(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Self:
+        """Load a model saved by `save`; predictions are identical to the saved model's.
+
+        Raises
+        ------
+        FileNotFoundError, ValueError
+            Missing files, another schema version, or a corrupted or hand-edited file.
+        """
+        return load_classifier(cls, path)

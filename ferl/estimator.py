@@ -1,36 +1,37 @@
-"""`FERLClassifier`: the scikit-learn estimator over the fuzzy tree, builder and evidence modules."""
+"""`FERLClassifier`: the scikit-learn estimator over the fuzzy tree, builder and evidence modules;
+its rule interface comes from `ferl._rules_mixin`, its ``save`` / ``load`` from `ferl._model_files`."""
 
 from __future__ import annotations
 
-import os
-from numbers import Integral
-
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ferl import certificate
 from ferl._builder import grow_tree
 from ferl._inputs import (
+    check_sample_weight,
     one_sample,
     rescale_weights,
     resolve_feature_names,
     seed_from,
 )
-from ferl._model_files import load_classifier, save_classifier
+from ferl._model_files import ModelFilesMixin
+from ferl._params import check_params
 from ferl._partitions import fixed_partitions
 from ferl._readout import Readout, discounted, read_out
+from ferl._rules_mixin import RulesMixin
 from ferl.evidence import Evidence
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, check_variances, fit_free_gaussians
 from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
-from ferl.rules import Rule, extract_rules, fires_alone, format_rules, format_summary
+from ferl.rules import fires_alone
 from ferl.typicality import fit_leaf_gaussians
 
 __all__ = ["FERLClassifier", "PRESETS"]
 
-class FERLClassifier(ClassifierMixin, BaseEstimator):
+class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator):
     """Fast Evidential Rule Learning: a fuzzy rule tree with a Dempster-Shafer read-out.
 
     Every split is a complementary fuzzy pair (paper section 3.1): a learned ramp ``x_f <= theta +- h``
@@ -130,8 +131,6 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     """
 
-    _parameter_constraints: dict = PARAMETER_CONSTRAINTS
-
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
                  partition=None, gain=None, evidence_nodes=None, combination="dempster",
                  n_bootstrap=25, width_factor=2.0, min_width=0.05, min_gain=None, patience=None,
@@ -158,7 +157,6 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ fit
-    @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None, feature_names=None):
         """Grow the fuzzy tree (paper algorithm 1).
 
@@ -180,14 +178,17 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            NaN or inf in X, empty X, labels of another length than X, `sample_weight` of the wrong
-            shape or negative, fewer than two classes (with positive weight), `feature_names` of
-            the wrong length, a non-constant feature whose variance overflows float64 or lies below
-            `ferl.novelty.MIN_VARIANCE` (the message names it; rescale X).
+            A parameter outside its constraints (`ferl.presets.PARAMETER_CONSTRAINTS`; the message
+            names it), NaN or inf in X, empty X, labels of another length than X, `sample_weight` of
+            the wrong shape, negative, non-finite or all zero, fewer than two classes (with positive
+            weight), `feature_names` of the wrong length, a non-constant feature whose variance
+            overflows float64 or lies below `ferl.novelty.MIN_VARIANCE` (the message names it;
+            rescale X).
         """
+        check_params(self, PARAMETER_CONSTRAINTS)
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
-        sw = _check_sample_weight(sample_weight, X, dtype=np.float64, ensure_non_negative=True)
+        sw = check_sample_weight(sample_weight, X.shape[0])
         sw, unit = rescale_weights(sw)  # only relative weights matter
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
@@ -378,73 +379,3 @@ class FERLClassifier(ClassifierMixin, BaseEstimator):
         ranked = novelty.ranked(self.feature_names_, top_k)[0]
         return build_explanation(self, phi, reliability, ranked, float(novelty.score()[0]),
                                  float(radius[0]))
-
-    # ------------------------------------------------------------------ rules
-    @property
-    def rules_(self) -> list[Rule]:
-        """Every rule (leaf) as a `ferl.rules.Rule`: merged named conditions (thresholds with at
-        least 2 decimals), consequent, support, confidence, alone share, id."""
-        return self._rules(2)
-
-    def _rules(self, digits: int) -> list[Rule]:
-        check_is_fitted(self, "tree_")
-        return extract_rules(self.tree_, self.feature_names_, self.classes_, self.rule_alone_, digits)
-
-    def export_text(self, digits: int = 2, style: str = "text") -> str:
-        """The rule list with the feature names and one merged condition per feature.
-
-        Parameters
-        ----------
-        digits : int >= 0, default=2
-            Decimals of probabilities, supports and shares, and minimum decimals of thresholds.
-        style : {"text", "markdown"}, default="text"
-            One ``rule <id>: IF ... THEN class [distribution] (confidence, support, alone)`` line per
-            rule, or a Markdown table; see `ferl.rules` for how merged fuzzy conditions read.
-
-        Returns
-        -------
-        str
-            Stable for a fixed ``random_state``.
-
-        Raises
-        ------
-        ValueError
-            Unknown style or negative ``digits``.
-        sklearn.exceptions.NotFittedError
-            The model is not fitted.
-        """
-        if not isinstance(digits, Integral) or digits < 0:
-            raise ValueError(f"digits must be a non-negative integer, got {digits!r}")
-        return format_rules(self._rules(int(digits)), int(digits), style)
-
-    def __str__(self) -> str:
-        """``print(clf)``: the short rule list, as imodels' models print (a header, then ``rule <id>:
-        IF ... THEN class (confidence, support, alone)`` per rule); ``repr(clf)`` stays
-        scikit-learn's, and ``str`` is that repr while the model is not fitted."""
-        if not hasattr(self, "tree_"):
-            return repr(self)
-        return format_summary(repr(self), self.rules_)
-
-    # ------------------------------------------------------------------ persistence
-    def save(self, path: str | os.PathLike):
-        """Save the fitted model as ``path/model.json`` + ``path/model.npz`` (no pickle, atomic).
-
-        Returns
-        -------
-        pathlib.Path
-            The folder.
-        """
-        check_is_fitted(self, "tree_")
-        return save_classifier(self, path)
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> FERLClassifier:
-        """Load a model saved by `save`; predictions are identical to the saved model's.
-
-        Raises
-        ------
-        FileNotFoundError, ValueError
-            Missing files, another schema version, or a corrupted or hand-edited file.
-        """
-        return load_classifier(cls, path)
-

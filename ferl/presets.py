@@ -83,9 +83,8 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-from sklearn.utils._param_validation import Interval, StrOptions
-
 from ferl._builder import GrowthSettings
+from ferl._params import BOOLEAN, RANDOM_STATE, Options, Range
 
 __all__ = ["PARAMETER_CONSTRAINTS", "PRESETS", "growth_settings", "preset_setting"]
 
@@ -102,31 +101,27 @@ PRESETS: dict[str, dict] = {
 }
 
 
-#: `FERLClassifier`'s parameter constraints (scikit-learn's ``_parameter_constraints``).
+#: What each `FERLClassifier` parameter may be (`ferl._params.check_params`); None: the preset's value.
 PARAMETER_CONSTRAINTS: dict = {
-    "variant": [StrOptions(set(PRESETS))],
-    "max_rules": [Interval(Integral, 2, None, closed="left"), None],
-    "rules_per_class": [Interval(Real, 0, None, closed="left"), None],
-    "max_depth": [Interval(Integral, 1, None, closed="left"), None],
-    "partition": [StrOptions({"learned", "fixed"}), None],
-    "gain": [StrOptions({"entropy", "gini", "cci"}), None],
-    "evidence_nodes": [StrOptions({"leaves", "all"}), None],
-    "combination": [StrOptions({"dempster", "cautious"})],
-    "n_bootstrap": [Interval(Integral, 1, None, closed="left")],
-    "width_factor": [Interval(Real, 0, None, closed="neither")],
-    "min_width": [Interval(Real, 0, None, closed="neither")],
-    "min_gain": [Interval(Real, 0, None, closed="left"), None],
-    "patience": [Interval(Integral, 0, None, closed="left"), None],
-    "prune": ["boolean", None],
-    "min_samples_leaf": [
-        Interval(Integral, 1, None, closed="left"),
-        Interval(Real, 0, 1, closed="neither"),
-        None,
-    ],
-    "bounded_support": ["boolean"],
-    "support_margin": [Interval(Real, 0, None, closed="neither")],
-    "novelty_discount": ["boolean"],
-    "random_state": ["random_state"],
+    "variant": [Options(PRESETS)],
+    "max_rules": [Range(Integral, 2), None],
+    "rules_per_class": [Range(Real, 0), None],
+    "max_depth": [Range(Integral, 1), None],
+    "partition": [Options({"learned", "fixed"}), None],
+    "gain": [Options({"entropy", "gini", "cci"}), None],
+    "evidence_nodes": [Options({"leaves", "all"}), None],
+    "combination": [Options({"dempster", "cautious"})],
+    "n_bootstrap": [Range(Integral, 1)],
+    "width_factor": [Range(Real, 0, closed="neither")],
+    "min_width": [Range(Real, 0, closed="neither")],
+    "min_gain": [Range(Real, 0), None],
+    "patience": [Range(Integral, 0), None],
+    "prune": [BOOLEAN, None],
+    "min_samples_leaf": [Range(Integral, 1), Range(Real, 0, 1, closed="neither"), None],
+    "bounded_support": [BOOLEAN],
+    "support_margin": [Range(Real, 0, closed="neither")],
+    "novelty_discount": [BOOLEAN],
+    "random_state": [RANDOM_STATE],
 }
 
 
