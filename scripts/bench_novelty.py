@@ -163,7 +163,9 @@ def _retained(data, held):
     return data.X_fit[keep], data.y_fit[keep], X_id, X_ood
 
 
-def select(X, y, fold):
+def _per_held_class(X, y, fold, prefix, score):
+    """Mean over the held-out classes of the rows ``score(clf, X_id, X_ood)`` gives, where ``clf``
+    is FERL-deep fitted on the retained classes; keys prefixed with ``prefix``."""
     data, held_out = _cal_holdouts(X, y, fold)
     rows = []
     for held in held_out:
@@ -172,34 +174,37 @@ def select(X, y, fold):
             continue
         X_fit, y_fit, X_id, X_ood = part
         clf = FERLClassifier("deep", random_state=0).fit(X_fit, y_fit)
-        row = {k: ood_auroc(clf.ood_score(X_id, k), clf.ood_score(X_ood, k))
-               for k in ("nll", "combined", "residual")}
-        leaf = [((n := clf._novelty(Z)).deviation + n.spread).sum(axis=1) for Z in (X_id, X_ood)]
-        row["leaf"] = ood_auroc(*leaf)
-        knn = KNNDetector(5).fit(X_fit)
-        row["knn"] = ood_auroc(knn.score(X_id), knn.score(X_ood))
-        rows.append(row)
-    return {f"select_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+        rows.append(score(clf, X_fit, X_id, X_ood))
+    return {f"{prefix}_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+
+
+def _select_row(clf, X_fit, X_id, X_ood):
+    row = {k: ood_auroc(clf.ood_score(X_id, k), clf.ood_score(X_ood, k))
+           for k in ("nll", "combined", "residual")}
+    leaf = [((n := clf._novelty(Z)).deviation + n.spread).sum(axis=1) for Z in (X_id, X_ood)]
+    row["leaf"] = ood_auroc(*leaf)
+    knn = KNNDetector(5).fit(X_fit)
+    row["knn"] = ood_auroc(knn.score(X_id), knn.score(X_ood))
+    return row
+
+
+def _discount_row(clf, X_fit, X_id, X_ood):
+    row = {"nll": ood_auroc(clf.ood_score(X_id), clf.ood_score(X_ood))}
+    for tag, on in (("off", False), ("on", True)):
+        clf.set_params(novelty_discount=on)
+        ev_id, ev_ood = clf.evidence(X_id), clf.evidence(X_ood)
+        row[f"ignorance_{tag}"] = ood_auroc(ev_id.ignorance, ev_ood.ignorance)
+        row[f"abstain_id_{tag}"] = 100 * ev_id.abstain.mean()
+        row[f"abstain_ood_{tag}"] = 100 * ev_ood.abstain.mean()
+    return row
+
+
+def select(X, y, fold):
+    return _per_held_class(X, y, fold, "select", _select_row)
 
 
 def discount(X, y, fold):
-    data, held_out = _cal_holdouts(X, y, fold)
-    rows = []
-    for held in held_out:
-        part = _retained(data, held)
-        if part is None:
-            continue
-        X_fit, y_fit, X_id, X_ood = part
-        clf = FERLClassifier("deep", random_state=0).fit(X_fit, y_fit)
-        row = {"nll": ood_auroc(clf.ood_score(X_id), clf.ood_score(X_ood))}
-        for tag, on in (("off", False), ("on", True)):
-            clf.set_params(novelty_discount=on)
-            ev_id, ev_ood = clf.evidence(X_id), clf.evidence(X_ood)
-            row[f"ignorance_{tag}"] = ood_auroc(ev_id.ignorance, ev_ood.ignorance)
-            row[f"abstain_id_{tag}"] = 100 * ev_id.abstain.mean()
-            row[f"abstain_ood_{tag}"] = 100 * ev_ood.abstain.mean()
-        rows.append(row)
-    return {f"discount_{k}": float(np.mean([r[k] for r in rows])) for k in rows[0]} if rows else {}
+    return _per_held_class(X, y, fold, "discount", _discount_row)
 
 
 def indist(X, y, fold):

@@ -17,13 +17,12 @@ name               model
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 
 from cbm.heads.base import HEAD_JSON, SCHEMA_VERSION, ConceptHead
 from cbm.heads.models import CARTHead, FERLHead, LRHead, RestrictedLRHead
-from ferl.persist import current_folder
+from ferl.persist import current_folder, read_json_object
 
 __all__ = ["HEADS", "load_head", "make_head"]
 
@@ -69,12 +68,7 @@ def load_head(path: str | os.PathLike) -> ConceptHead:
     path = current_folder(path)
     if not (path / HEAD_JSON).is_file():
         raise FileNotFoundError(f"{path / HEAD_JSON} not found (not a saved head)")
-    try:
-        doc = json.loads((path / HEAD_JSON).read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path / HEAD_JSON} is not valid JSON: {err}") from err
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path / HEAD_JSON} does not hold a JSON object (a saved head's description)")
+    doc = read_json_object(path / HEAD_JSON, "a saved head's description")
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{path / HEAD_JSON}: schema version {doc.get('schema_version')!r}, expected "
                          f"{SCHEMA_VERSION}")
