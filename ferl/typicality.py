@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from ferl._firing import Firing
 from ferl._tree import FuzzyTree
 
 __all__ = [
@@ -66,7 +67,6 @@ CROSS_FIT = 5
 RELIABILITY_QUANTILES = (0.9, 0.99)
 #: Standardised inputs are clipped to ``[-Z_MAX, Z_MAX]``: scores stay finite for any finite input.
 Z_MAX = 1e100
-_CHUNK = 4096
 
 
 def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -181,7 +181,7 @@ def _fold_moments(U: np.ndarray, w: np.ndarray, fold: np.ndarray):
     return count, mean, S, out0, mean + shift, covs
 
 
-def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: np.ndarray):
+def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
     """Leaf means and shrunk covariances (ridge excluded), and the cross-fitted leaf NLLs.
 
     Nodes are visited depth first; each node's moments are shrunk to its parent's covariance
@@ -195,7 +195,8 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: np.ndarray):
     mean : ndarray of shape (L, d)
     cov : ndarray of shape (L, d, d)
     values, weights : ndarray of shape (m,)
-        Out-of-fold ``nll_l(x_i)`` of every (training row, leaf) pair with ``W > 0``, and ``W``.
+        Out-of-fold ``nll_l(x_i)`` of every (training row, leaf) pair of positive weight
+        (ungated firing ``W`` times sample weight ``sw``), and that weight.
     """
     n, d = U.shape
     fold = np.arange(n) % CROSS_FIT
@@ -207,8 +208,11 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: np.ndarray):
     stack = [(0, (np.zeros(d), eye), [(np.zeros(d), eye)] * CROSS_FIT)]
     while stack:
         o, prior, fold_priors = stack.pop()
-        rows = np.flatnonzero(W[:, o] > 0)
-        w = W[rows, o]
+        at = slice(W.start[o], W.start[o] + W.count[o])
+        rows, w = W.rows[at], W.phi0[at] * sw[W.rows[at]]
+        order = np.argsort(rows, kind="stable")  # row order, as a dense scan would give
+        rows, w = rows[order], w[order]
+        rows, w = rows[w > 0], w[w > 0]
         kappa = KAPPA * d if o else 0.0
         count, m, S, out0, means, covs = _fold_moments(U[rows], w, fold[rows])
         node = _shrink(count, m, S, *prior, kappa)
@@ -260,8 +264,8 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     sw = np.asarray(sample_weight, dtype=np.float64)
     center, scale = _standardisation(X, sw)
     U = standardise(X, center, scale)
-    W = _ungated_firing(tree, X) * sw[:, None]
-    mean, cov, values, weights = _fit_nodes(tree, U, W)
+    W = tree.sparse_firing(X, False, np.ones(tree.n_nodes))  # ungated; sparse: memory ~ rows x depth
+    mean, cov, values, weights = _fit_nodes(tree, U, W, sw)
     q0, q1 = RELIABILITY_QUANTILES
     tau = _weighted_quantile(values, weights, q0)
     half = _weighted_quantile(values, weights, q1)
@@ -288,13 +292,6 @@ def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndar
             f"feature(s) {np.flatnonzero(bad).tolist()[:10]} vary by less than float64 can standardise "
             f"(spread below {tiny:.3g}); rescale X (e.g. standardise it) before fitting")
     return mid + unit * m, np.where(half > 0, sd * unit, 1.0)
-
-
-def _ungated_firing(tree: FuzzyTree, X: np.ndarray) -> np.ndarray:
-    """Firing of every node with the gates off, shape (n, n_nodes)."""
-    ones = np.ones(tree.n_nodes)
-    return np.vstack([tree.firing(X[s:s + _CHUNK], False, ones)[0] for s in range(0, X.shape[0], _CHUNK)]) \
-        if X.shape[0] else np.zeros((0, tree.n_nodes))
 
 
 @njit(cache=True)
