@@ -33,11 +33,13 @@ class FERLHead(ConceptHead):
     threshold: ``{"kind", "accept", "value", "fitted_on", "n"}``; an input whose OOD score of that
     kind exceeds ``value`` is flagged as novel (``predict`` reads it).
 
-    The model is fitted with ``novelty_discount=True`` (beyond the paper; see
-    `ferl.FERLClassifier`): a concept-bottleneck head meets novel classes whose concept vectors stay
-    inside the training ranges, where the paper's read-out gives them no ignorance; the discount
-    gives them ignorance, wider credal sets and abstentions at an unchanged accuracy (the numbers
-    are in that parameter's docstring).
+    The model keeps the paper's read-out (``novelty_discount=False``), chosen by measurement: on
+    CUB-50 (frozen EfficientNet-Lite0 concepts, ``runs/cub50_lite0``) FERL-deep fitted on the true
+    training concepts and tested on the detector's concepts falls from 48.8 % to 5.5 % test accuracy
+    with the discount on (mean ignorance 0.03 -> 0.98: under that shift every source looks atypical
+    and the discounted evidence is nearly vacuous), while on the synthetic open world (2 folds) it
+    raises held-out abstention only from 9.9 % to 12.5 %. Novelty is read from the ``nll`` score
+    and the run's threshold instead.
     """
 
     kind = "ferl"
@@ -48,7 +50,7 @@ class FERLHead(ConceptHead):
         self.ood_threshold_: dict | None = None
 
     def _fit(self, X, y):
-        self.model_ = FERLClassifier(variant=self.variant, novelty_discount=True, random_state=self.seed)
+        self.model_ = FERLClassifier(variant=self.variant, random_state=self.seed)
         self.model_.fit(X, y, feature_names=self.concept_names_)
 
     def predict_set(self, X: np.ndarray, concept_names: Sequence[str] | None = None) -> np.ndarray:
