@@ -1,8 +1,9 @@
 """``make demo``: the whole pipeline on the embedded synthetic concept world, then ``runs/demo/report.md``.
 
 Trains the concept detector (``train-detector``), fits the calibrated heads (``fit-head``), runs
-one fold of the open-world protocol (``evaluate-openworld``) and writes the report with example
-explanations (``cbm.report``): about a minute on 2 idle CPU cores, up to 10 when busy. Running it again
+one fold of the open-world protocol (``evaluate-openworld``) and the concept interventions
+(``evaluate-interventions``) and writes the report with example explanations (``cbm.report``):
+about 10 CPU-minutes, 5-15 minutes on 2 CPU cores depending on what else runs. Running it again
 starts a new run (the finished one stays in ``runs/demo.previous`` until the new one completes);
 an interrupted run is resumed. The steps and the re-run rules are in :mod:`cbm.demo`.
 

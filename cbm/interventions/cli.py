@@ -21,6 +21,7 @@ from cbm.heads.policies import POLICIES
 from cbm.interventions.protocol import InterventionSettings, evaluate_interventions
 from cbm.interventions.run import FITS
 from cbm.jobs import console_main, phase
+from cbm.runtime import add_threads_argument, set_threads
 from ferl.novelty import OOD_KINDS
 
 __all__ = ["evaluate_interventions_main", "interventions_parser"]
@@ -34,6 +35,7 @@ def interventions_parser() -> ArgumentParser:
         "Test-time concept interventions: accuracy, credal coverage, set size, abstention and OOD score "
         "after k answered concept groups, for every head x policy (random, uncertainty, ECTP, evidence)."))
     p.add_argument("--config", action=ActionConfigFile, help="YAML config (configs/interventions/*.yaml)")
+    add_threads_argument(p)
     p.add_argument("--run", type=str, nargs="+", required=True,
                    help="run directories (train-detector + fit-head) or evaluate-openworld output folders")
     p.add_argument("--out", type=str | None, default=None,
@@ -61,6 +63,7 @@ def evaluate_interventions_main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     def job() -> dict:
+        set_threads(cfg.threads)
         settings = InterventionSettings(
             heads=tuple(cfg.heads), fits=tuple(cfg.fits), inputs=cfg.inputs, policies=tuple(cfg.policies),
             splits=tuple(cfg.splits), ks=None if cfg.ks is None else tuple(cfg.ks), max_rows=cfg.max_rows,

@@ -49,3 +49,19 @@ def test_threads_option_takes_positive_integers_only():
     assert parser.parse_args([]).threads is None and parser.parse_args(["--threads", "3"]).threads == 3
     with pytest.raises(Exception, match="threads"):
         parser.parse_args(["--threads", "0"])
+
+
+@pytest.mark.parametrize("script", ["train-detector", "fit-head", "evaluate-openworld",
+                                    "evaluate-interventions", "predict"])
+def test_every_console_script_takes_threads(script):
+    # `make demo DEMO_ARGS=--threads 1` passes it to every step: a parser without it stopped the demo
+    from cbm.detector.cli import detector_parser
+    from cbm.heads.fit import fit_head_parser
+    from cbm.interventions.cli import interventions_parser
+    from cbm.openworld.protocol import openworld_parser
+    from cbm.predict.cli import predict_parser
+
+    parser = {"train-detector": detector_parser, "fit-head": fit_head_parser,
+              "evaluate-openworld": openworld_parser, "evaluate-interventions": interventions_parser,
+              "predict": predict_parser}[script]()
+    assert "--threads" in parser.format_help()
