@@ -105,13 +105,16 @@ def seed_from(random_state) -> int | None:
 
 
 def one_sample(x):
-    """One sample of shape (d,) or (1, d) (array or DataFrame) as a (1, d) array or frame.
+    """One sample of shape (d,) or (1, d) (array, Series or DataFrame) as a (1, d) array or frame
+    (a Series becomes a one-row frame, so that its labels are checked against the feature names).
 
     Raises
     ------
     ValueError
         Another number of dimensions, or several rows.
     """
+    if hasattr(x, "to_frame") and hasattr(x, "index"):  # a pandas Series: its labels name the features
+        x = x.to_frame().T
     X = np.asarray(x, dtype=np.float64) if not hasattr(x, "columns") else x
     if X.ndim == 1:
         X = X.reshape(1, -1)

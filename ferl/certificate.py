@@ -131,7 +131,12 @@ def robustness_radius(tree: FuzzyTree, X: np.ndarray, phi: np.ndarray, lost: np.
     top2 = np.sort(proba, axis=1)[:, -2:]
     delta = top2[:, 1] - top2[:, 0]
     lipschitz = lipschitz_constant(tree)
-    radius = delta / (2.0 * lipschitz) if np.isfinite(lipschitz) else np.zeros(len(delta))
+    if not np.isfinite(lipschitz):
+        radius = np.zeros(len(delta))
+    elif lipschitz > 0:
+        radius = delta / (2.0 * lipschitz)
+    else:  # a constant read-out (one leaf): no perturbation changes it, unless the top two tie
+        radius = np.where(delta > 0, np.inf, 0.0)
     if gates:
         radius = np.where(lost.sum(axis=1) > 0, 0.0, radius)
         slack = _gate_slack(np.ascontiguousarray(X, dtype=np.float64), radius, tree.feature,

@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in args.paths:
         try:
             print(f"OK {p}: {validate_path(p)}")
-        except (FileNotFoundError, ValueError, DataFormatError, DatasetLayoutError) as err:
+        except (OSError, ValueError, DataFormatError, DatasetLayoutError) as err:  # OSError: unreadable image
             failed += 1
             print(f"FAIL {p}: {err}")
     return int(failed > 0)

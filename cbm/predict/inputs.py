@@ -129,7 +129,7 @@ def read_concepts_file(path: str | os.PathLike, concept_names: Sequence[str]) ->
                              [table.class_names[c] for c in table.y])
     if path.suffix != ".csv":
         raise ValueError(f"{path}: concepts must be a concept table (.npz) or a .csv file")
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark too
         rows = list(csv.reader(fh))
     if len(rows) < 2 or not rows[0] or rows[0][0] != "sample_id":
         raise ValueError(f"{path}: expected a header 'sample_id,<concept>,...' and at least one row")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,8 @@ def flat_row(row: dict[str, Any]) -> dict[str, Any]:
 def _device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if re.fullmatch(r"cpu|cuda(:\d+)?", device) is None:
+        raise ValueError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device; use --device cpu")
     return torch.device(device)

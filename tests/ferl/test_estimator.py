@@ -313,3 +313,21 @@ def test_failed_save_leaves_the_previous_model_intact(tmp_path, wine):
     with pytest.raises(ValueError, match="cannot be saved as JSON"):
         FERLClassifier(random_state=0).fit(X, dates).save(tmp_path)
     np.testing.assert_array_equal(FERLClassifier.load(tmp_path).predict(X), old.predict(X))
+
+
+def test_one_leaf_tie_has_radius_zero_not_nan():
+    clf = FERLClassifier(random_state=0).fit([[0.0, 1.0], [1.0, 0.0]], [0, 1])
+    with np.errstate(all="raise"):
+        radius = clf.robustness_radius(np.array([[0.0, 1.0], [1.0, 0.0]]))
+    assert np.array_equal(radius, [0.0, 0.0])
+    assert "NaN" not in clf.explain([0.0, 1.0]).to_json()
+
+
+def test_explain_reads_a_series_by_its_labels():
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.random((60, 4)), columns=list("pqrs"))
+    clf = FERLClassifier(random_state=0).fit(df, (df.p > 0.5).astype(int))
+    assert clf.explain(df.iloc[0]).ood_score == clf.ood_score(df.iloc[[0]])[0]
+    with pytest.raises(ValueError, match="feature names"):
+        clf.explain(df.iloc[0][["s", "r", "q", "p"]])

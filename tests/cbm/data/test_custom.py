@@ -131,3 +131,10 @@ def test_validator_reports_ok_and_names_what_is_wrong(example, tmp_path, capsys)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("OK ") and "concept table 'train': 2 rows" in out[0]
     assert out[1].startswith("FAIL ") and "row 1 (sample 's1'), concept 'q' is 1.5 (outside [0, 1]" in out[1]
+
+
+def test_validator_names_an_unreadable_image_instead_of_a_traceback(example, capsys):
+    next(iter(sorted((example / "images").rglob("*.png")))).write_bytes(b"junk")
+    assert validate_main([str(example)]) == 1
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("FAIL ") and "cannot read image" in line

@@ -148,3 +148,15 @@ def test_a_head_saved_without_a_threshold_gets_one_fitted_on_val(run, tmp_path, 
     (copy / "calibration.json").unlink()
     with pytest.raises(FileNotFoundError, match="the calibrated head needs the run's calibrator"):
         Pipeline.from_run(copy)
+
+
+def test_a_concepts_csv_with_a_byte_order_mark_and_an_unknown_device(run, tmp_path):
+    test = load_concept_table(run / "concepts" / "test.npz")
+    frame = pd.DataFrame(test.probs[:3], columns=test.concept_names)
+    frame.insert(0, "sample_id", test.sample_ids[:3])
+    frame.to_csv(tmp_path / "bom.csv", index=False, encoding="utf-8-sig")  # as a spreadsheet saves it
+    pred, _ = run_predict(str(run), concepts=str(tmp_path / "bom.csv"), out=str(tmp_path / "a"), page=False)
+    assert [r["input"] for r in pred.rows] == list(test.sample_ids[:3])
+    for device in ("tpu", "", "cpu:0", "meta"):
+        with pytest.raises(ValueError, match="unknown device"):
+            Pipeline.from_run(run, device=device)
