@@ -43,6 +43,7 @@ from numba import njit
 
 from ferl._firing import Firing
 from ferl._tree import FuzzyTree
+from ferl.free_gaussians import MIN_VARIANCE, VAR_FLOOR, check_variances, fit_free_gaussians
 from ferl.typicality import Z_MAX, LeafGaussians, leaf_terms, standardise
 
 __all__ = [
@@ -57,21 +58,12 @@ __all__ = [
     "analyse",
 ]
 
-#: Variance floor of the free-feature Gaussians, as a fraction of the feature's training variance
-#: (a feature constant over the whole training set uses 1 instead of its variance): a feature
-#: constant within a node gets ``sigma^2 = VAR_FLOOR * var_f`` and hence a finite score. The
-#: leave-one-class-out AUROC moved by less than 0.005 between 1e-3 and 1e-1.
-VAR_FLOOR = 1e-2
-#: Smallest training variance of a non-constant feature that `fit` accepts: below it the floored
-#: variance would leave float64's normal range (issue 18: a feature scaled by 1e-160).
-MIN_VARIANCE = np.finfo(np.float64).tiny / VAR_FLOOR
 #: ``epsilon`` of the ``-log(epsilon + firing)`` term (bounds it by ``log(1/epsilon)``).
 FIRING_EPS = 1e-3
 #: Kinds accepted by `Novelty.score`, the default first.
 OOD_KINDS = ("nll", "combined", "residual", "ignorance", "firing")
 #: Kinds whose score `Novelty.feature_scores` splits over the features.
 DECOMPOSED_KINDS = ("nll", "combined", "residual")
-_CHUNK = 4096
 
 
 class AnomalousFeature(NamedTuple):
@@ -100,83 +92,6 @@ class AnomalousFeature(NamedTuple):
     routing_loss: float
     deviation: float
     anomaly: float
-
-
-def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray) -> FuzzyTree:
-    """Fit the per-node free-feature Gaussians of paper eq. 3 and store them in ``tree``.
-
-    The weights ``w_i phi_o(x_i)`` (sample weight times training firing, gates off: equal to the
-    gated firing on the training set) give the mean ``mu_of`` and population variance
-    ``sigma_of^2`` of every feature ``f`` absent from node ``o``'s path (path features: NaN). Sums
-    are accumulated on standardised features, in chunks of rows.
-
-    Parameters
-    ----------
-    tree : FuzzyTree
-        A finalised tree; ``tree.free_mean`` and ``tree.free_var`` are set in place.
-    X : ndarray of shape (n_samples, n_features), float64, finite
-        The training inputs.
-    sample_weight : ndarray of shape (n_samples,), float64, >= 0
-
-    Returns
-    -------
-    FuzzyTree
-        ``tree``, with ``free_mean`` and ``free_var`` of shape (n_nodes, n_features), float64
-        (infinite or NaN where a variance overflows: `check_variances` rejects those).
-    """
-    n, d = X.shape
-    sw = np.asarray(sample_weight, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        center = np.average(X, axis=0, weights=sw)
-        scale = np.sqrt(np.average((X - center) ** 2, axis=0, weights=sw))
-    scale = np.where(scale > 0, scale, 1.0)
-    s0 = np.zeros(tree.n_nodes)
-    s1 = np.zeros((tree.n_nodes, d))
-    s2 = np.zeros((tree.n_nodes, d))
-    ones = np.ones(tree.n_nodes)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for start in range(0, n, _CHUNK):
-            rows = slice(start, start + _CHUNK)
-            phi, _ = tree.firing(X[rows], False, ones)
-            w = phi * sw[rows, None]
-            z = (X[rows] - center) / scale
-            s0 += w.sum(axis=0)
-            s1 += w.T @ z
-            s2 += w.T @ (z * z)
-        total = np.where(s0 > 0, s0, 1.0)[:, None]
-        mean_z = s1 / total
-        var_z = np.maximum(s2 / total - mean_z**2, 0.0)
-        path = tree.path_mask(d)
-        tree.free_mean = np.where(path, np.nan, center + scale * mean_z)
-        tree.free_var = np.where(path, np.nan, scale**2 * var_z)
-    return tree
-
-
-def check_variances(tree: FuzzyTree, feature_range: np.ndarray, feature_names) -> None:
-    """Raise ValueError naming the features whose training variance float64 cannot hold.
-
-    A non-constant feature (``feature_range`` lo < hi) needs a finite root variance of at least
-    `MIN_VARIANCE`; with it every novelty score is finite for every finite input (issue 18).
-
-    Parameters
-    ----------
-    tree : FuzzyTree
-        With free-feature Gaussians (`fit_free_gaussians`).
-    feature_range : ndarray of shape (n_features, 2)
-        Training minimum and maximum per feature.
-    feature_names : sequence of str
-    """
-    root_mean, root_var = tree.free_mean[0], tree.free_var[0]
-    varies = feature_range[:, 1] > feature_range[:, 0]
-    bad = ~np.isfinite(root_mean) | ~np.isfinite(root_var) | (varies & ~(root_var >= MIN_VARIANCE))
-    if bad.any():
-        names = [feature_names[j] for j in np.flatnonzero(bad)]
-        values = ", ".join(f"{v:.3g}" for v in root_var[bad][:10])
-        raise ValueError(
-            f"the variance of feature(s) {names[:10]} ({values}) overflows or underflows float64 "
-            f"(it must be finite and at least {MIN_VARIANCE:.3g} for finite novelty scores); rescale X "
-            f"(e.g. standardise it) before fitting"
-        )
 
 
 @njit(cache=True)
