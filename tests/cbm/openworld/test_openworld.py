@@ -25,6 +25,7 @@ from cbm.openworld.fold import evaluate_fold
 from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_truth, precision_at_k
 from cbm.openworld.settings import EvalSettings
 from ferl import metrics as M
+from ferl import ood_metrics
 from ferl.benchmarks.ood import IsolationForestDetector, KNNDetector, MahalanobisDetector
 
 REPO = Path(__file__).resolve().parents[3]
@@ -84,6 +85,7 @@ class Spy:
         mp.setattr(ConceptCalibrator, "fit", cal_spy)
         mp.setattr(ConceptHead, "fit", head_spy)
         mp.setattr(M, "fit_acceptance_threshold", threshold_spy)
+        mp.setattr(ood_metrics, "fit_acceptance_threshold", threshold_spy)  # used by M.ood_summary
         for cls in (MahalanobisDetector, KNNDetector, IsolationForestDetector):
             mp.setattr(cls, "fit", self._baseline_spy(cls.fit, cls.__name__))
 
