@@ -42,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from ferl._firing import Firing
+from ferl._leaf_fit import fit_kernel
 from ferl._tree import FuzzyTree
 
 __all__ = [
@@ -105,6 +106,8 @@ class LeafGaussians:
         ``(tau, lambda)`` of the reliability, nats, ``lambda > 0``.
     whiten : ndarray of shape (L, d, d), float64
         ZCA-cor whitening matrices (derived from ``cov``, not saved).
+    whiten_t : ndarray of shape (L, d, d), float64
+        ``whiten`` transposed, C-contiguous (the read-out's right operand; derived, not saved).
     half_share : ndarray of shape (L, d), float64 >= 0
         Each feature's share of ``logdet(Sigma_l / RIDGE) / 2`` (derived, not saved).
     """
@@ -116,6 +119,7 @@ class LeafGaussians:
     cov: np.ndarray
     reliability: np.ndarray
     whiten: np.ndarray = field(init=False, repr=False)
+    whiten_t: np.ndarray = field(init=False, repr=False)
     half_share: np.ndarray = field(init=False, repr=False)
 
     #: Arrays a saved model stores (the rest is derived by `__post_init__`).
@@ -123,62 +127,23 @@ class LeafGaussians:
 
     def __post_init__(self) -> None:
         self.whiten, self.half_share = _whitening(self.cov)
+        self.whiten_t = np.ascontiguousarray(np.swapaxes(self.whiten, 1, 2))
 
 
 def _whitening(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ZCA-cor whitening ``R^{-1/2} V^{-1/2}`` and per-feature log-det shares of each covariance."""
-    n_leaves, d = cov.shape[:2]
-    whiten = np.empty_like(cov)
-    half_share = np.zeros((n_leaves, d))
-    for j in range(n_leaves):
-        v = np.diag(cov[j]).copy()
-        inv_sd = 1.0 / np.sqrt(v)
-        corr = cov[j] * np.outer(inv_sd, inv_sd)
-        lam, vec = np.linalg.eigh(corr)
-        lam = np.maximum(lam, np.finfo(np.float64).tiny)
-        whiten[j] = (vec / np.sqrt(lam)) @ vec.T * inv_sd[None, :]
-        t = np.maximum(np.log(v / RIDGE), 0.0)
-        total = t.sum()
-        if total > 0:
-            logdet = min(max(total + np.log(lam).sum(), 0.0), total)
-            half_share[j] = 0.5 * t * (logdet / total)
-    return whiten, half_share
-
-
-def _shrink(count: float, mean: np.ndarray, S: np.ndarray, prior_mean: np.ndarray,
-            prior_cov: np.ndarray, kappa: float) -> tuple[np.ndarray, np.ndarray]:
-    """``a S + (1 - a) prior_cov`` with ``a = count / (count + kappa)``; no weight gives the prior."""
-    if count <= 0:
-        return prior_mean, prior_cov
-    a = count / (count + kappa)
-    S = a * S + (1.0 - a) * prior_cov
-    return mean, 0.5 * (S + S.T)
-
-
-def _fold_moments(U: np.ndarray, w: np.ndarray, fold: np.ndarray):
-    """Weighted moments of rows ``U`` (weights ``w > 0``) over all rows and without each fold.
-
-    Returns ``(count, mean, S)`` of all rows and arrays ``counts (K,)``, ``means (K, d)``,
-    ``covs (K, d, d)`` of the rows outside each fold ``k``; the sums are taken once per fold on
-    rows centred at the overall mean, so a fold-out moment costs no extra pass over the rows.
-    """
-    d = U.shape[1]
-    count = float(w.sum())
-    mean = w @ U / count if count > 0 else np.zeros(d)
-    Z = U - mean
-    s0 = np.zeros(CROSS_FIT)
-    s1 = np.zeros((CROSS_FIT, d))
-    s2 = np.zeros((CROSS_FIT, d, d))
-    for k in range(CROSS_FIT):
-        rows = fold == k
-        wk, Zk = w[rows], Z[rows]
-        s0[k], s1[k], s2[k] = wk.sum(), wk @ Zk, (Zk * wk[:, None]).T @ Zk
-    S = s2.sum(axis=0) / count if count > 0 else np.zeros((d, d))
-    out0 = count - s0
-    safe = np.where(out0 > 0, out0, 1.0)
-    shift = (s1.sum(axis=0) - s1) / safe[:, None]
-    covs = (s2.sum(axis=0) - s2) / safe[:, None, None] - shift[:, :, None] * shift[:, None, :]
-    return count, mean, S, out0, mean + shift, covs
+    """ZCA-cor whitening ``R^{-1/2} V^{-1/2}`` and per-feature log-det shares of each covariance
+    (all leaves in one batched eigendecomposition)."""
+    v = np.diagonal(cov, axis1=1, axis2=2)
+    inv_sd = 1.0 / np.sqrt(v)
+    corr = cov * inv_sd[:, :, None] * inv_sd[:, None, :]
+    lam, vec = np.linalg.eigh(corr)
+    lam = np.maximum(lam, np.finfo(np.float64).tiny)
+    whiten = (vec / np.sqrt(lam)[:, None, :]) @ np.swapaxes(vec, 1, 2) * inv_sd[:, None, :]
+    t = np.maximum(np.log(v / RIDGE), 0.0)
+    total = t.sum(axis=1)
+    logdet = np.clip(total + np.log(lam).sum(axis=1), 0.0, total)
+    share = np.divide(logdet, total, out=np.zeros_like(total), where=total > 0)
+    return whiten, 0.5 * t * share[:, None]
 
 
 def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
@@ -188,7 +153,10 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
     (the root keeps its own; a node with no weight takes its parent's), once on all rows and once
     without each of the `CROSS_FIT` interleaved folds, so that the fold's rows are scored on
     Gaussians that never saw them (the whole chain of covariances refitted, not only the leaves:
-    the leaves borrow most of their covariance from their ancestors).
+    the leaves borrow most of their covariance from their ancestors). One compiled pass
+    (`ferl._leaf_fit.fit_kernel`): per node, the fold sums on rows centred at the node's mean, so a fold-out
+    moment costs no extra pass over the rows; memory beyond the outputs is one set of moments per
+    depth.
 
     Returns
     -------
@@ -198,40 +166,13 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
         Out-of-fold ``nll_l(x_i)`` of every (training row, leaf) pair of positive weight
         (ungated firing ``W`` times sample weight ``sw``), and that weight.
     """
-    n, d = U.shape
-    fold = np.arange(n) % CROSS_FIT
-    leaf_index = {int(o): j for j, o in enumerate(np.flatnonzero(tree.is_leaf))}
-    mean = np.empty((len(leaf_index), d))
-    cov = np.empty((len(leaf_index), d, d))
-    values, weights = [], []
-    eye = np.eye(d)
-    stack = [(0, (np.zeros(d), eye), [(np.zeros(d), eye)] * CROSS_FIT)]
-    while stack:
-        o, prior, fold_priors = stack.pop()
-        at = slice(W.start[o], W.start[o] + W.count[o])
-        rows, w = W.rows[at], W.phi0[at] * sw[W.rows[at]]
-        order = np.argsort(rows, kind="stable")  # row order, as a dense scan would give
-        rows, w = rows[order], w[order]
-        rows, w = rows[w > 0], w[w > 0]
-        kappa = KAPPA * d if o else 0.0
-        count, m, S, out0, means, covs = _fold_moments(U[rows], w, fold[rows])
-        node = _shrink(count, m, S, *prior, kappa)
-        node_folds = [_shrink(out0[k], means[k], covs[k], *fold_priors[k], kappa) for k in range(CROSS_FIT)]
-        if tree.feature[o] >= 0:
-            stack += [(int(tree.left[o]), node, node_folds), (int(tree.right[o]), node, node_folds)]
-            continue
-        j = leaf_index[o]
-        mean[j], cov[j] = node
-        for k, (mk, ck) in enumerate(node_folds):
-            test = fold[rows] == k
-            if not test.any():
-                continue
-            chol = np.linalg.cholesky(ck + RIDGE * eye)
-            V = np.linalg.solve(chol, (U[rows[test]] - mk).T)
-            half_logdet = np.log(np.diagonal(chol)).sum() - 0.5 * d * np.log(RIDGE)
-            values.append(0.5 * (V * V).sum(axis=0) + half_logdet)
-            weights.append(w[test])
-    return mean, cov, np.concatenate(values), np.concatenate(weights)
+    leaf_index = np.full(tree.n_nodes, -1, dtype=np.int64)
+    leaf_index[tree.is_leaf] = np.arange(int(tree.is_leaf.sum()))
+    return fit_kernel(np.ascontiguousarray(U), np.ascontiguousarray(sw, dtype=np.float64), W.start,
+                       W.count, W.rows, W.phi0, np.asarray(tree.feature, dtype=np.int64),
+                       np.asarray(tree.left, dtype=np.int64), np.asarray(tree.right, dtype=np.int64),
+                       np.asarray(tree.parent, dtype=np.int64), leaf_index,
+                       KAPPA * U.shape[1], RIDGE, CROSS_FIT)
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -295,26 +236,28 @@ def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 @njit(cache=True)
-def _leaf_kernel(U, phi0, mean, whiten, half_share, half_logdet):
+def _leaf_kernel(U, phi0, mean, whiten_t, half_share, half_logdet):
+    """Leaf by leaf: the rows the leaf reaches, whitened in one matrix product (BLAS)."""
     n, d = U.shape
     n_leaves = mean.shape[0]
     deviation = np.zeros((n, d))
     spread = np.zeros((n, d))
     nll = np.zeros((n, n_leaves))
-    v = np.empty(d)
-    for i in range(n):
-        for j in range(n_leaves):
-            p = phi0[i, j]
-            if p <= 0.0:
-                continue
+    for j in range(n_leaves):
+        idx = np.flatnonzero(phi0[:, j] > 0.0)
+        if idx.size == 0:
+            continue
+        V = np.empty((idx.size, d))
+        for a in range(idx.size):
             for f in range(d):
-                v[f] = U[i, f] - mean[j, f]
+                V[a, f] = U[idx[a], f] - mean[j, f]
+        Wm = V @ whiten_t[j]
+        for a in range(idx.size):
+            i = idx[a]
+            p = phi0[i, j]
             d2 = 0.0
             for f in range(d):
-                w = 0.0
-                for g in range(d):
-                    w += whiten[j, f, g] * v[g]
-                w2 = 0.5 * w * w
+                w2 = 0.5 * Wm[a, f] * Wm[a, f]
                 deviation[i, f] += p * w2
                 spread[i, f] += p * half_share[j, f]
                 d2 += w2
@@ -342,7 +285,7 @@ def leaf_terms(model: LeafGaussians, U: np.ndarray, phi0: np.ndarray):
     nll : ndarray of shape (n, L), float64 >= 0
         ``nll_l(x)`` where ``phi0_l(x) > 0``, else 0.
     """
-    return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten,
+    return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten_t,
                         model.half_share, model.half_share.sum(axis=1))
 
 

@@ -6,7 +6,7 @@ from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
 from ferl.evidence import combine, discount
-from ferl.typicality import KAPPA, RIDGE, leaf_terms, standardise
+from ferl.typicality import CROSS_FIT, KAPPA, RELIABILITY_QUANTILES, RIDGE, leaf_terms, standardise
 
 
 def _correlated(seed, n):
@@ -66,6 +66,44 @@ def test_leaf_gaussians_match_a_numpy_reference():
     assert (g.half_share >= 0).all()
     np.testing.assert_allclose((dev + spread).sum(axis=1), nll.sum(axis=1), rtol=1e-10)
 
+
+
+def test_the_reliability_reference_matches_a_numpy_cross_fit():
+    """``(tau, lambda)`` from leaf NLLs of every fold's rows under Gaussians refitted without it."""
+    X, y = make_classification(n_samples=300, n_features=4, n_informative=3, n_redundant=0, n_classes=3,
+                               random_state=2)
+    sw = np.random.default_rng(2).random(300) + 0.5
+    clf = FERLClassifier(random_state=2).fit(X, y, sample_weight=sw)
+    t, g = clf.tree_, clf.leaf_gaussians_
+    d = X.shape[1]
+    U = standardise(X, g.center, g.scale)
+    phi0 = t.firing(X, False, np.ones(t.n_nodes))[0] * (sw / sw.mean())[:, None]
+    fold = np.arange(len(X)) % CROSS_FIT
+    values, weights = [], []
+    for k in range(CROSS_FIT):
+        keep = fold != k
+        cov = {}
+        for o in range(t.n_nodes):
+            w = phi0[:, o] * keep
+            if w.sum() <= 0:
+                cov[o] = cov[t.parent[o]]
+                continue
+            mu = np.average(U, axis=0, weights=w)
+            S = np.cov(U.T, aweights=w, bias=True)
+            a = 1.0 if o == 0 else w.sum() / (w.sum() + KAPPA * d)
+            cov[o] = (mu, a * S + (1 - a) * (cov[t.parent[o]][1] if o else 0))
+            if t.is_leaf[o]:
+                C = cov[o][1] + RIDGE * np.eye(d)
+                test = (fold == k) & (phi0[:, o] > 0)
+                v = U[test] - mu
+                d2 = np.einsum("if,fg,ig->i", v, np.linalg.inv(C), v)
+                values.append(d2 / 2 + np.linalg.slogdet(C / RIDGE)[1] / 2)
+                weights.append(phi0[test, o])
+    values, weights = np.concatenate(values), np.concatenate(weights)
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order])
+    tau, half = (values[order][np.searchsorted(cum, q * cum[-1])] for q in RELIABILITY_QUANTILES)
+    np.testing.assert_allclose(g.reliability, [tau, (half - tau) / np.log(2.0)], rtol=1e-9)
 
 def test_a_leaf_fitted_exactly_gives_finite_scores_and_trusts_its_own_points():
     """Duplicated training points: the within-leaf covariance is 0, the ridge keeps it invertible."""
