@@ -210,13 +210,15 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
         rng = np.random.default_rng(seed_from(self.random_state))
         self.tree_ = grow_tree(X, y_enc.astype(np.int64), sw, n_classes, settings, rng, sets)
         self.tree_.weight = self.tree_.weight * unit
+        # one sparse pass feeds all three: phi0 (gates off) the Gaussians, phi the rules' shares
+        fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
         with np.errstate(over="ignore", invalid="ignore"):
-            fit_free_gaussians(self.tree_, X, sw)
+            fit_free_gaussians(self.tree_, X, sw, fired)
         check_variances(self.tree_, self.feature_range_, self.feature_names_)
-        self.leaf_gaussians_ = fit_leaf_gaussians(self.tree_, X, sw)
+        self.leaf_gaussians_ = fit_leaf_gaussians(self.tree_, X, sw, fired)
         self.n_rules_ = int(self.tree_.is_leaf.sum())
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
-        self.rule_alone_ = fires_alone(lambda Z: self._firing(Z)[0], X, sw, self.tree_.is_leaf)
+        self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
         return self
 
     # ------------------------------------------------------------------ inference

@@ -6,7 +6,9 @@ novelty score finite (issue 18). Read by `ferl.novelty`, which re-exports these 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
+from ferl._firing import Firing
 from ferl._tree import FuzzyTree
 
 __all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians"]
@@ -19,16 +21,36 @@ VAR_FLOOR = 1e-2
 #: Smallest training variance of a non-constant feature that `fit` accepts: below it the floored
 #: variance would leave float64's normal range (issue 18: a feature scaled by 1e-160).
 MIN_VARIANCE = np.finfo(np.float64).tiny / VAR_FLOOR
-_CHUNK = 4096
 
 
-def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray) -> FuzzyTree:
+@njit(cache=True)
+def _node_sums(start, count, rows, phi0, sw, Z):
+    """Per node, the weighted count, sum and sum of squares of ``Z`` over the entries that reach it."""
+    n_nodes = start.shape[0]
+    d = Z.shape[1]
+    s0 = np.zeros(n_nodes)
+    s1 = np.zeros((n_nodes, d))
+    s2 = np.zeros((n_nodes, d))
+    for o in range(n_nodes):
+        for q in range(start[o], start[o] + count[o]):
+            r = rows[q]
+            w = phi0[q] * sw[r]
+            s0[o] += w
+            for f in range(d):
+                z = Z[r, f]
+                s1[o, f] += w * z
+                s2[o, f] += w * z * z
+    return s0, s1, s2
+
+
+def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray,
+                       firing: Firing | None = None) -> FuzzyTree:
     """Fit the per-node free-feature Gaussians of paper eq. 3 and store them in ``tree``.
 
     The weights ``w_i phi_o(x_i)`` (sample weight times training firing, gates off: equal to the
     gated firing on the training set) give the mean ``mu_of`` and population variance
     ``sigma_of^2`` of every feature ``f`` absent from node ``o``'s path (path features: NaN). Sums
-    are accumulated on standardised features, in chunks of rows.
+    are accumulated on standardised features over the sparse firing (`ferl._firing.Firing`).
 
     Parameters
     ----------
@@ -37,6 +59,9 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     X : ndarray of shape (n_samples, n_features), float64, finite
         The training inputs.
     sample_weight : ndarray of shape (n_samples,), float64, >= 0
+    firing : Firing, optional
+        The sparse firing of ``X`` (its ungated ``phi0`` is read), when the caller has it already;
+        computed otherwise.
 
     Returns
     -------
@@ -46,23 +71,15 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     """
     n, d = X.shape
     sw = np.asarray(sample_weight, dtype=np.float64)
+    if firing is None:
+        firing = tree.sparse_firing(X, False, np.ones(tree.n_nodes))
     with np.errstate(over="ignore", invalid="ignore"):
         center = np.average(X, axis=0, weights=sw)
         scale = np.sqrt(np.average((X - center) ** 2, axis=0, weights=sw))
     scale = np.where(scale > 0, scale, 1.0)
-    s0 = np.zeros(tree.n_nodes)
-    s1 = np.zeros((tree.n_nodes, d))
-    s2 = np.zeros((tree.n_nodes, d))
-    ones = np.ones(tree.n_nodes)
     with np.errstate(over="ignore", invalid="ignore"):
-        for start in range(0, n, _CHUNK):
-            rows = slice(start, start + _CHUNK)
-            phi, _ = tree.firing(X[rows], False, ones)
-            w = phi * sw[rows, None]
-            z = (X[rows] - center) / scale
-            s0 += w.sum(axis=0)
-            s1 += w.T @ z
-            s2 += w.T @ (z * z)
+        Z = np.ascontiguousarray((X - center) / scale)
+        s0, s1, s2 = _node_sums(firing.start, firing.count, firing.rows, firing.phi0, sw, Z)
         total = np.where(s0 > 0, s0, 1.0)[:, None]
         mean_z = s1 / total
         var_z = np.maximum(s2 / total - mean_z**2, 0.0)

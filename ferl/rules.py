@@ -31,11 +31,11 @@ first significant digit. Beyond the paper, which prints no rules.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from ferl._firing import Firing
 from ferl._intervals import Factor, Span, same_membership, spans
 from ferl._partitions import SET_NAMES
 from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
@@ -282,8 +282,7 @@ def _term_trap(k: int, traps: dict) -> tuple | None:
 
 
 # ---------------------------------------------------------------------- rules
-def fires_alone(firing: Callable[[np.ndarray], np.ndarray], X: np.ndarray, sample_weight: np.ndarray,
-                leaves: np.ndarray, batch: int = 4096) -> np.ndarray:
+def fires_alone(firing: Firing, sample_weight: np.ndarray, leaves: np.ndarray) -> np.ndarray:
     """Share of the training weight on which each rule holds more than half the firing.
 
     A sample's leaf firings sum to at most 1 (appendix A.2), so at most one rule fires above 0.5
@@ -292,15 +291,11 @@ def fires_alone(firing: Callable[[np.ndarray], np.ndarray], X: np.ndarray, sampl
 
     Parameters
     ----------
-    firing : callable
-        ``firing(X)`` returns the node firings ``phi``, ndarray of shape (n, n_nodes).
-    X : ndarray of shape (n_samples, n_features)
-        Training inputs.
+    firing : Firing
+        Sparse (gated) firing of the training inputs (`ferl._firing.Firing`; its ``phi`` is read).
     sample_weight : ndarray of shape (n_samples,), >= 0 with a positive sum
     leaves : ndarray of shape (n_nodes,), bool
         The tree's leaves (rules), in node order.
-    batch : int
-        Rows per firing call (bounds memory to ``batch x n_nodes`` floats).
 
     Returns
     -------
@@ -308,9 +303,9 @@ def fires_alone(firing: Callable[[np.ndarray], np.ndarray], X: np.ndarray, sampl
     """
     idx = np.flatnonzero(leaves)
     held = np.zeros(idx.size)
-    for start in range(0, X.shape[0], batch):
-        phi = firing(X[start:start + batch])[:, idx]
-        held += sample_weight[start:start + batch] @ (phi > 0.5)
+    for j, o in enumerate(idx):
+        at = slice(firing.start[o], firing.start[o] + firing.count[o])
+        held[j] = sample_weight[firing.rows[at]] @ (firing.phi[at] > 0.5)
     return held / sample_weight.sum()
 
 

@@ -181,7 +181,8 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(values[order][min(np.searchsorted(cum, q * cum[-1]), values.size - 1)])
 
 
-def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray) -> LeafGaussians:
+def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray,
+                       firing: Firing | None = None) -> LeafGaussians:
     """Fit the leaf Gaussians and the reliability of the module docstring.
 
     Parameters
@@ -191,6 +192,9 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     X : ndarray of shape (n_samples, n_features), float64, finite
         The training inputs.
     sample_weight : ndarray of shape (n_samples,), float64, >= 0, some > 0
+    firing : Firing, optional
+        The sparse firing of ``X`` (its ungated ``phi0`` is read), when the caller has it already;
+        computed otherwise.
 
     Returns
     -------
@@ -205,7 +209,7 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     sw = np.asarray(sample_weight, dtype=np.float64)
     center, scale = _standardisation(X, sw)
     U = standardise(X, center, scale)
-    W = tree.sparse_firing(X, False, np.ones(tree.n_nodes))  # ungated; sparse: memory ~ rows x depth
+    W = tree.sparse_firing(X, False, np.ones(tree.n_nodes)) if firing is None else firing
     mean, cov, values, weights = _fit_nodes(tree, U, W, sw)
     q0, q1 = RELIABILITY_QUANTILES
     tau = _weighted_quantile(values, weights, q0)

@@ -47,7 +47,8 @@ def bench(path: Path, max_rows: int, seed: int = 0) -> list[dict]:
     for variant in PRESETS:
         clf = FERLClassifier(variant, random_state=seed)
         _, t_fit = _cpu(lambda c=clf: c.fit(X, y))
-        _, t_alone = _cpu(lambda c=clf: fires_alone(lambda Z: c._firing(Z)[0], X, sw, c.tree_.is_leaf))
+        _, t_alone = _cpu(lambda c=clf: fires_alone(
+            c.tree_.sparse_firing(X, bool(c.bounded_support), c._gate_margin()), sw, c.tree_.is_leaf))
         _, t_text = _cpu(clf.export_text)
         conds = [c for r in clf.rules_ for c in r.conditions]
         rows.append({
