@@ -66,9 +66,7 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
         U = standardise(X, leaves.center, leaves.scale)
         leaf_nll = leaf_terms(leaves, U, phi0[:, leaves.leaves])[2]
     reliability = source_reliability(tree, leaves, phi0, leaf_nll)
-    node = np.repeat(np.arange(tree.n_nodes), fired.count)
-    first = np.repeat(fired.start - (np.cumsum(fired.count) - fired.count), fired.count)
-    at = first + np.arange(node.size)  # entry positions, node by node (gaps between nodes skipped)
+    at, node = fired.entries()
     entry = np.ones_like(fired.phi)
     entry[at] = reliability[fired.rows[at], node]
     return replace(fired, phi=discount(fired.phi, entry)), reliability
