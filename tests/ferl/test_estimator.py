@@ -48,7 +48,9 @@ def test_presets_respect_rule_budget_and_partition(wine, variant):
     clf = FERLClassifier(variant, random_state=0).fit(X, y)
     assert 2 <= clf.n_rules_ <= PRESETS[variant]["max_rules"]
     kinds = set(clf.tree_.kind[~clf.tree_.is_leaf])
-    assert kinds == ({1} if variant == "compact" else {0})
+    assert kinds == {0}  # learned splits; compact's fixed partitions are ``partition="fixed"``
+    fixed = FERLClassifier(variant, partition="fixed", random_state=0).fit(X, y)
+    assert set(fixed.tree_.kind[~fixed.tree_.is_leaf]) == {1}
 
 
 def test_overrides_beat_presets(wine):
