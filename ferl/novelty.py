@@ -42,6 +42,7 @@ import numpy as np
 from numba import njit
 
 from ferl._firing import Firing
+from ferl._leaf_paths import path_residual
 from ferl._tree import FuzzyTree
 from ferl.free_gaussians import MIN_VARIANCE, VAR_FLOOR, check_variances, fit_free_gaussians
 from ferl.typicality import Z_MAX, LeafGaussians, leaf_terms, standardise
@@ -57,6 +58,7 @@ __all__ = [
     "check_variances",
     "fit_free_gaussians",
     "analyse",
+    "leaf_typicality",
 ]
 
 #: ``epsilon`` of the ``-log(epsilon + firing)`` term (bounds it by ``log(1/epsilon)``).
@@ -365,3 +367,34 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
     deviation, spread, leaf_nll = leaf_terms(leaves, standardise(X, leaves.center, leaves.scale), phi0)
     return Novelty(loss, anomaly, share, naming, deviation, spread, np.maximum(1.0 - lost, 0.0), leaf_nll)
 
+
+def leaf_typicality(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firing,
+                    leaf_nll: np.ndarray | None = None) -> np.ndarray:
+    """Typicality ``s_l(x) = nll_l(x) / d + R_l(x) / 2`` of every leaf an input reaches (beyond the
+    paper; drives the evidence discount, `ferl.typicality`): the leaf Gaussian's NLL and the paper's
+    residual along the leaf's path (`ferl._leaf_paths`), i.e. the leaf's part of the ``"nll"`` score.
+
+    Parameters
+    ----------
+    tree, leaves : a fitted tree with free-feature Gaussians, and its leaf Gaussians
+    X : ndarray of shape (n_samples, n_features), float64, finite
+    firing : ferl._firing.Firing
+        The sparse firings of ``X`` (the ungated ``phi0`` is read).
+    leaf_nll : ndarray of shape (n_samples, n_leaves) or None
+        ``nll_l(x)`` when already computed (`Novelty.leaf_nll`).
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_leaves), float64 >= 0
+        ``s_l(x)`` where ``phi0_l(x) > 0``, else 0.
+    """
+    mean, inv_sd, free, n_free = tree.derived(
+        "free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if leaf_nll is None:
+        phi0 = firing.dense(firing.phi0)[:, leaves.leaves]
+        leaf_nll = leaf_terms(leaves, standardise(X, leaves.center, leaves.scale), phi0)[2]
+    residual = path_residual(X, firing.start, firing.count, firing.rows, firing.phi0,
+                             np.asarray(leaves.leaves, dtype=np.int64),
+                             np.asarray(tree.parent, dtype=np.int64), mean, inv_sd, free, n_free, Z_MAX)
+    return leaf_nll / X.shape[1] + residual / 2
