@@ -5,7 +5,8 @@ number of rows; per chunk the sparse firings (`ferl._firing.sparse_firing`) feed
 (`ferl.evidence.combine_sparse`) and the novelty scores (`ferl.novelty.analyse`) that the call
 asks for, and the chunks' outputs are concatenated. With the novelty discount the evidence
 combines the firings discounted by each source's reliability (`ferl.evidence.discount`,
-`ferl.typicality.source_reliability`), from the leaf likelihoods of the same pass.
+`ferl.typicality.source_reliability`), from the leaf typicality scores of the same pass
+(`ferl.novelty.leaf_typicality`).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ import numpy as np
 from ferl._firing import Firing
 from ferl._tree import FuzzyTree
 from ferl.evidence import Evidence, combine_sparse, discount
-from ferl.novelty import Novelty, analyse
-from ferl.typicality import LeafGaussians, leaf_terms, source_reliability, standardise
+from ferl.novelty import Novelty, analyse, leaf_typicality
+from ferl.typicality import LeafGaussians, source_reliability
 
 __all__ = ["CHUNK", "Readout", "discounted", "read_out"]
 
@@ -58,14 +59,12 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
     -------
     Firing
         ``fired`` with ``phi`` replaced by ``r_o(x) phi_o(x)``.
-    ndarray of shape (n_samples, n_nodes), float64 in (0, 1]
+    ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
         The reliabilities ``r_o(x)`` (`ferl.typicality.source_reliability`).
     """
     phi0 = fired.dense(fired.phi0)
-    if leaf_nll is None:
-        U = standardise(X, leaves.center, leaves.scale)
-        leaf_nll = leaf_terms(leaves, U, phi0[:, leaves.leaves])[2]
-    reliability = source_reliability(tree, leaves, phi0, leaf_nll)
+    score = leaf_typicality(tree, leaves, X, fired, leaf_nll)
+    reliability = source_reliability(tree, leaves, phi0, score)
     at, node = fired.entries()
     entry = np.ones_like(fired.phi)
     entry[at] = reliability[fired.rows[at], node]

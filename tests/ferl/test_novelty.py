@@ -14,7 +14,7 @@ from ferl import FERLClassifier, persist
 from ferl._tree import support_gate
 from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.metrics import ood_auroc
-from ferl.novelty import FIRING_EPS, VAR_FLOOR
+from ferl.novelty import FIRING_EPS, NAMING_DEPTH, VAR_FLOOR
 
 
 def _fit(variant, seed, n=300, d=5):
@@ -236,13 +236,35 @@ def test_feature_scores_are_an_exact_decomposition_of_their_score(seed, variant,
     ranked = clf.anomalous_features(Z, top_k=None)
     np.testing.assert_allclose([sum(a.score for a in row) for row in ranked], clf.ood_score(Z),
                                rtol=1e-10)
-    leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]  # T / d, shared like the residual
+    leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]  # T / d, shared like naming_share
     np.testing.assert_allclose(clf.ood_score(Z), clf.ood_score(Z, "combined") + leaf, rtol=1e-10)
     extra = nov.feature_scores("nll") - nov.feature_scores("combined")
-    np.testing.assert_allclose(extra, leaf[:, None] * nov.residual_share / nov.residual[:, None],
-                               rtol=1e-8, atol=1e-12)
+    naming = nov.naming_share.sum(axis=1, keepdims=True)
+    assert (naming > 0).all()
+    np.testing.assert_allclose(extra, leaf[:, None] * nov.naming_share / naming, rtol=1e-8, atol=1e-12)
     with pytest.raises(ValueError, match="feature scores exist"):
         nov.feature_scores("firing")
+
+
+def test_naming_share_is_the_residual_of_the_shallow_nodes(wine_deep, wine):
+    """``naming_share`` (which apportions the leaf term of "nll") is ``residual_share`` computed over
+    the nodes at depth <= NAMING_DEPTH only: a dense numpy reference of its definition."""
+    _, X_te, _, _ = wine
+    Z = np.vstack([X_te, X_te[:10] + 0.8])
+    tree = wine_deep.tree_
+    phi0 = tree.firing(Z, False, np.ones(tree.n_nodes))[0]
+    free = ~np.isnan(tree.free_var)
+    root_var = tree.free_var[0]
+    var = np.maximum(np.where(free, tree.free_var, 1.0), VAR_FLOOR * np.where(root_var > 0, root_var, 1.0))
+    mean = np.where(free, tree.free_mean, 0.0)
+    z2 = np.where(free[None], (Z[:, None, :] - mean[None]) ** 2 / var[None], 0.0)
+    n_free = free.sum(axis=1)
+    nodes = (np.asarray(tree.depth) <= NAMING_DEPTH) & (n_free > 0)
+    assert nodes.sum() > 1 and tree.depth.max() > NAMING_DEPTH  # deep nodes exist and are left out
+    weight = phi0[:, nodes]
+    expected = np.einsum("io,iof->if", weight, z2[:, nodes] / n_free[nodes][None, :, None])
+    expected /= weight.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(wine_deep._novelty(Z).naming_share, expected, rtol=1e-10, atol=1e-14)
 
 
 def test_planted_shift_of_an_unsplit_feature_is_ranked_first(wine):
