@@ -72,6 +72,27 @@ def _shrunk(count, mean, S, prior_mean, prior_cov, kappa, out_mean, out_cov):
 
 
 @njit(cache=True)
+def _cholesky(A, floor):
+    """Lower Cholesky factor of ``A = S + floor I`` (LAPACK). Where rounding left ``S`` indefinite
+    (fold-out moments cancel when the sample weights span some 1e150), the factor with every pivot
+    floored at ``floor``, which leaves a positive semi-definite ``S``'s factor as it is: the pivots
+    of ``S + floor I`` are never below ``floor``."""
+    try:
+        return np.linalg.cholesky(A)
+    except Exception:  # numba cannot name LinAlgError
+        pass
+    d = A.shape[0]
+    L = np.zeros_like(A)
+    for f in range(d):
+        for g in range(f + 1):
+            acc = A[f, g]
+            for h in range(g):
+                acc -= L[f, h] * L[g, h]
+            L[f, g] = np.sqrt(max(acc, floor)) if g == f else acc / L[g, g]
+    return L
+
+
+@njit(cache=True)
 def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, leaf_index, kappa_d,
                 ridge, n_folds):
     """Leaf means and covariances (ridge excluded) and the cross-fitted leaf NLLs of the training rows,
@@ -184,7 +205,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
             A = bc[t, 1 + k].copy()
             for f in range(d):
                 A[f, f] += ridge
-            chol[k] = np.linalg.cholesky(A)
+            chol[k] = _cholesky(A, ridge)
             acc = 0.0
             for f in range(d):
                 acc += np.log(chol[k, f, f])

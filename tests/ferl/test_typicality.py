@@ -173,6 +173,21 @@ def test_a_leaf_fitted_exactly_gives_finite_scores_and_trusts_its_own_points():
     assert np.isfinite(ev.mass).all()
 
 
+def test_sample_weights_spanning_1e600_fit_finite_leaf_gaussians():
+    """Weights from 1e-300 to 1e300: the fold-out covariances cancelled to an indefinite matrix and
+    fit stopped in the leaf fit's Cholesky ("Matrix is not positive definite")."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] + 0.3 * rng.normal(size=60) > 0).astype(int)
+    sw = 10 ** np.random.default_rng(0).uniform(-300, 300, 60)
+    clf = FERLClassifier("deep", novelty_discount=True, random_state=0).fit(X, y, sample_weight=sw)
+    probes = np.vstack([X, X + 3.0])
+    assert np.isfinite(clf.leaf_gaussians_.reliability).all()
+    assert np.isfinite(clf.ood_score(probes)).all()
+    ev = clf.evidence(probes)
+    assert np.isfinite(ev.mass).all() and np.isfinite(ev.ignorance).all()
+
+
 # ---------------------------------------------------------------------- the novelty discount
 def test_planted_near_ood_raises_ignorance_and_abstains_only_with_the_discount(correlated):
     clf, _, _ = correlated
