@@ -74,7 +74,10 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     if firing is None:
         firing = tree.sparse_firing(X, False, np.ones(tree.n_nodes))
     with np.errstate(over="ignore", invalid="ignore"):
-        center = np.average(X, axis=0, weights=sw)
+        # the mean as an offset from the heaviest row: a row holding all but 1e-150 of the weight
+        # sits exactly at the centre, not at the mean's rounding error (which outweighs the spread)
+        ref = X[np.argmax(sw)]
+        center = ref + np.average(X - ref, axis=0, weights=sw)
         scale = np.sqrt(np.average((X - center) ** 2, axis=0, weights=sw))
     scale = np.where(scale > 0, scale, 1.0)
     with np.errstate(over="ignore", invalid="ignore"):

@@ -408,6 +408,20 @@ def test_a_feature_whose_variance_underflows_is_refused_by_name():
         FERLClassifier(random_state=0).fit(X, y)
 
 
+
+def test_a_row_holding_all_but_1e_150_of_the_weight_keeps_its_variances():
+    """The weighted variance (~1e-149) is far above what float64 holds, but the mean's rounding
+    error (~1e-17) outweighed it and the root variance cancelled to 0: fit blamed the scale of X."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    y = (X[:, 0] + 0.3 * rng.normal(size=60) > 0).astype(int)
+    sw = np.where(np.arange(60) == 5, 1.0, 1e-150)
+    clf = FERLClassifier("compact", random_state=0).fit(X, y, sample_weight=sw)
+    expected = np.average((X - X[5]) ** 2, axis=0, weights=sw)  # the mean is X[5] to 1e-149
+    np.testing.assert_allclose(clf.tree_.free_var[0], expected, rtol=1e-9)
+    assert np.isfinite(clf.ood_score(X)).all()
+
+
 @settings(max_examples=25, deadline=None)
 @given(scales=st.lists(st.sampled_from([1e-150, 1e-100, 1e-20, 1.0, 1e20, 1e100, 1e150]),
                        min_size=3, max_size=3),
