@@ -93,6 +93,8 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
     ccp_alpha : float >= 0, default=None
         Complexity cost of one rule when pruning, in fractions of the training weight: a subtree
         is undone when it saves at most ``ccp_alpha`` soft training error per rule it adds.
+        Given while pruning is off (`prune` False, or None with a preset that does not prune) it
+        raises ValueError at fit rather than being ignored.
     min_samples_leaf : int >= 1 or float in (0, 1), default=None
         Minimum soft support of each child: a count of (mean-weight) samples, or a fraction of the
         total weight.
@@ -187,9 +189,10 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
         ------
         ValueError
             A parameter outside its constraints (`ferl.presets.PARAMETER_CONSTRAINTS`; the message
-            names it), NaN or inf in X, empty X, labels of another length than X, `sample_weight` of
-            the wrong shape, negative, non-finite or all zero, fewer than two classes (with positive
-            weight), `feature_names` of the wrong length, a non-constant feature whose variance
+            names it), `ccp_alpha` given while pruning is off, NaN or inf in X, empty X, labels of
+            another length than X, `sample_weight` of the wrong shape, negative, non-finite or all
+            zero, fewer than two classes (with positive weight), `feature_names` of the wrong
+            length, a non-constant feature whose variance
             overflows float64 or lies below `ferl.novelty.MIN_VARIANCE` (the message names it;
             rescale X).
         """
@@ -232,9 +235,10 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
     def _check_X(self, X):
         check_is_fitted(self, "tree_")
         if (type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2 and X.shape[0] > 0
-                and X.shape[1] == self.n_features_in_ and not hasattr(self, "feature_names_in_")
-                and (np.isfinite(X.sum()) or np.isfinite(X).all())):
-            return X  # what validate_data returns for such an X, without its fixed cost
+                and X.shape[1] == self.n_features_in_ and not hasattr(self, "feature_names_in_")):
+            with np.errstate(over="ignore"):  # a sum of large finite inputs may overflow
+                if np.isfinite(X.sum()) or np.isfinite(X).all():
+                    return X  # what validate_data returns for such an X, without its fixed cost
         return validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=True)
 
     def _gate_margin(self) -> np.ndarray:

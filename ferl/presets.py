@@ -123,7 +123,7 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 from ferl._builder import GrowthSettings
-from ferl._params import BOOLEAN, RANDOM_STATE, Options, Range
+from ferl._params import BOOLEAN, RANDOM_STATE, InvalidParameterError, Options, Range
 
 __all__ = ["PARAMETER_CONSTRAINTS", "PRESETS", "growth_settings", "preset_setting"]
 
@@ -187,6 +187,12 @@ def growth_settings(est, n_classes: int, total_weight: float, n_positive: int) -
     Returns
     -------
     GrowthSettings
+
+    Raises
+    ------
+    InvalidParameterError
+        ``ccp_alpha`` given while pruning is off (``prune=False``, or None with a preset that does
+        not prune).
     """
     preset = PRESETS[est.variant]
 
@@ -196,10 +202,15 @@ def growth_settings(est, n_classes: int, total_weight: float, n_positive: int) -
         max_rules = est.max_rules
     else:
         max_rules = max(preset["max_rules"], int(round(preset_setting(est, "rules_per_class") * n_classes)))
+    prune = bool(preset_setting(est, "prune"))
+    if est.ccp_alpha is not None and not prune:  # sklearn's ccp_alpha alone prunes: say it does not here
+        off = "prune=False" if est.prune is not None else f"variant {est.variant!r} does not prune"
+        raise InvalidParameterError(f"ccp_alpha={est.ccp_alpha!r} would be ignored: {off}; pass prune=True "
+                                    f"to prune at it")
     return GrowthSettings(
         partition=preset_setting(est, "partition"), gain=preset_setting(est, "gain"), max_rules=max_rules,
         max_depth=preset_setting(est, "max_depth"), min_gain=float(preset_setting(est, "min_gain")),
         patience=preset_setting(est, "patience"), min_leaf=float(min_leaf), n_bootstrap=est.n_bootstrap,
         width_factor=float(est.width_factor), min_width=float(est.min_width),
-        prune=bool(preset_setting(est, "prune")), ccp_alpha=float(preset_setting(est, "ccp_alpha")),
+        prune=prune, ccp_alpha=float(preset_setting(est, "ccp_alpha")),
     )

@@ -1,5 +1,7 @@
 """FERLClassifier: scikit-learn contract, determinism, persistence, bad input."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.datasets import load_iris, load_wine
@@ -189,6 +191,16 @@ def test_bad_predict_input_raises(wine):
     for method in (clf.predict, clf.predict_proba, clf.predict_set, clf.evidence):
         with pytest.raises(ValueError, match="NaN"):
             method(bad)
+
+
+
+def test_the_largest_finite_inputs_read_out_without_an_overflow_warning(wine):
+    X, y = wine
+    clf = FERLClassifier(random_state=0).fit(X, y)
+    big = np.full((2, X.shape[1]), np.finfo(np.float64).max)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the fast input check summed X and warned "overflow"
+        assert clf.predict(big).shape == (2,)
 
 
 def test_zero_weight_samples_equal_removing_them(wine):

@@ -45,6 +45,18 @@ def test_fit_rejects_bad_parameters_naming_them(iris, params, match):
     assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
 
 
+
+@pytest.mark.parametrize("params, match", [
+    (dict(variant="deep", ccp_alpha=0.01), "variant 'deep' does not prune; pass prune=True"),
+    (dict(variant="compact", prune=False, ccp_alpha=0.0), r"ccp_alpha=0\.0 would be ignored: prune=False"),
+])
+def test_ccp_alpha_without_pruning_is_refused_not_ignored(iris, params, match):
+    with pytest.raises(InvalidParameterError, match=match):  # it silently grew the unpruned tree
+        FERLClassifier(**params).fit(*iris)
+    assert FERLClassifier("deep", prune=True, ccp_alpha=0.05, random_state=0).fit(*iris).n_rules_ < \
+        FERLClassifier("deep", random_state=0).fit(*iris).n_rules_
+
+
 @pytest.mark.parametrize("params", [
     dict(variant="compact", max_rules=2, max_depth=np.int64(3), width_factor=1, min_gain=0,
          min_samples_leaf=0.1, prune=np.bool_(False), random_state=2**32 - 1),
