@@ -111,7 +111,8 @@ class CARTHead(ConceptHead):
 
     ``max_leaf_nodes`` (None: unbounded) grows the tree best-first to at most that many leaves: the
     registry's ``cart-compact`` is the CART with as many leaves as FERL-compact has rules, the
-    same-size baseline of issue 16.
+    same-size baseline of issue 16, whose ``sized`` makes `fit` refuse to grow it unbounded (its
+    size must come from that fit).
 
     Saved as a `skops.io` file; loading trusts only the types `skops.io` trusts by default plus the
     class of the public ``tree_`` attribute of a fitted ``DecisionTreeClassifier`` (any other type
@@ -120,11 +121,15 @@ class CARTHead(ConceptHead):
 
     kind = "cart"
 
-    def __init__(self, name: str, seed: int = 0, max_leaf_nodes: int | None = None) -> None:
+    def __init__(self, name: str, seed: int = 0, max_leaf_nodes: int | None = None,
+                 sized: bool = False) -> None:
         super().__init__(name, seed)
-        self.max_leaf_nodes = max_leaf_nodes
+        self.max_leaf_nodes, self.sized = max_leaf_nodes, sized
 
     def _fit(self, X, y):
+        if self.sized and self.max_leaf_nodes is None:
+            raise ValueError(f"head {self.name!r} needs max_leaf_nodes >= 2 (the FERL-compact rule count), "
+                             f"got None")
         self.model_ = DecisionTreeClassifier(max_leaf_nodes=self.max_leaf_nodes,
                                              random_state=self.seed).fit(X, y)
 
@@ -163,7 +168,7 @@ class CARTHead(ConceptHead):
         model = sio.loads(data, trusted=trusted)
         if not isinstance(model, DecisionTreeClassifier):
             raise ValueError(f"{file} holds a {type(model).__name__}, not a DecisionTreeClassifier")
-        self.model_ = model
+        self.model_, self.max_leaf_nodes = model, model.max_leaf_nodes
 
 
 def _trusted_cart_types() -> list[str]:

@@ -36,7 +36,8 @@ HEADS: dict[str, Callable[..., ConceptHead]] = {
     "ferl-medium": lambda seed=0: FERLHead("ferl-medium", seed, "medium"),
     "ferl-deep": lambda seed=0: FERLHead("ferl-deep", seed, "deep"),
     "cart": lambda seed=0: CARTHead("cart", seed),
-    "cart-compact": lambda seed=0, max_leaf_nodes=None: CARTHead("cart-compact", seed, max_leaf_nodes),
+    "cart-compact": lambda seed=0, max_leaf_nodes=None: CARTHead("cart-compact", seed, max_leaf_nodes,
+                                                                    sized=True),
     "lr": lambda seed=0: LRHead("lr", seed),
     "lr-restricted": lambda seed=0, n_concepts=None: RestrictedLRHead("lr-restricted", seed, n_concepts),
 }

@@ -121,6 +121,8 @@ def test_other_concept_names_and_bad_vectors_raise(fitted):
         head.predict(X)
     with pytest.raises(ValueError, match="n_concepts"):
         make_head("lr-restricted").fit(*_world(0), NAMES)
+    with pytest.raises(ValueError, match="max_leaf_nodes"):  # was silently an unbounded CART
+        make_head("cart-compact").fit(*_world(0), NAMES)
 
 
 @pytest.mark.parametrize("name", list(HEADS))
@@ -135,6 +137,8 @@ def test_save_load_round_trip_is_identical(fitted, name, tmp_path):
     np.testing.assert_array_equal(loaded.predict(X), head.predict(X))
     assert loaded.size() == head.size() and loaded.concept_names_ == NAMES
     assert loaded.describe() == head.describe()
+    if name == "cart-compact":  # a refit of the loaded head keeps its size (was None: unbounded)
+        assert loaded.max_leaf_nodes == head.max_leaf_nodes == 4
     if isinstance(head, FERLHead):
         np.testing.assert_array_equal(loaded.predict_set(X), head.predict_set(X))
 
