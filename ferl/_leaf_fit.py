@@ -15,9 +15,9 @@ __all__ = ["fit_kernel"]
 
 
 @njit(cache=True)
-def _moments(U, sw, entries, rows, phi0, n_folds, count_out, mean_out, s1, s2):
+def _moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out, s1, s2):
     """Weighted count and mean of a node's rows (all of them) and, on rows centred at that mean, the
-    sums ``s0, s1, s2`` of each interleaved fold (row ``i`` in fold ``i % n_folds``); ``s2``'s
+    sums ``s0, s1, s2`` of each fold (row ``r`` in fold ``fold[r]``); ``s2``'s
     lower triangle only. Returns ``s0`` of shape (n_folds,)."""
     d = U.shape[1]
     s0 = np.zeros(n_folds)
@@ -40,7 +40,7 @@ def _moments(U, sw, entries, rows, phi0, n_folds, count_out, mean_out, s1, s2):
         w = phi0[q] * sw[r]
         if w <= 0.0:
             continue
-        k = r % n_folds
+        k = fold[r]
         s0[k] += w
         for f in range(d):
             z[f] = U[r, f] - mean_out[f]
@@ -94,7 +94,7 @@ def _cholesky(A, floor):
 
 @njit(cache=True)
 def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, leaf_index, kappa_d,
-                ridge, n_folds):
+                ridge, fold, n_folds):
     """Leaf means and covariances (ridge excluded) and the cross-fitted leaf NLLs of the training rows,
     in one compiled depth-first pass over the nodes (`ferl.typicality._fit_nodes` documents the model).
 
@@ -114,8 +114,10 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         Pseudo-count of the shrinkage of a non-root node to its parent.
     ridge : float
         Ridge added to a leaf's fold-out covariance before its NLLs.
+    fold : ndarray of shape (n,), int64 in [0, n_folds)
+        The fold of each row.
     n_folds : int
-        Interleaved folds (row ``i`` in fold ``i % n_folds``).
+        Number of folds.
 
     Returns
     -------
@@ -168,7 +170,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         t = depth[o] + 1  # this node's slot; its parent's is t - 1
         kappa = kappa_d if o else 0.0
         entries = np.arange(start[o], start[o] + count[o])
-        s0 = _moments(U, sw, entries, rows, phi0, n_folds, node_count, node_mean, s1, s2)
+        s0 = _moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2)
         total = node_count[0]
         for f in range(d):
             acc = 0.0
@@ -215,7 +217,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
             w = phi0[q] * sw[r]
             if w <= 0.0:
                 continue
-            k = r % n_folds
+            k = fold[r]
             acc = 0.0
             for f in range(d):  # forward substitution: chol v = u - mean
                 x = U[r, f] - bm[t, 1 + k, f]

@@ -57,11 +57,11 @@ def path_residual(X, start, count, rows, phi0, leaves, parent, mean, inv_sd, fre
 
 
 @njit(cache=True)
-def _fold_out_gaussians(U, sw, start, count, rows, phi0, n_folds, var_floor):
+def _fold_out_gaussians(U, sw, start, count, rows, phi0, fold, n_folds, var_floor):
     """Free-feature means and floored inverse standard deviations of every node without each fold.
 
     Returns ``mean`` and ``inv_sd`` of shape (n_folds, n_nodes, d): the weighted mean and population
-    variance of the rows outside fold ``k`` (row ``i`` in fold ``i % n_folds``), on sums centred at
+    variance of the rows outside fold ``k`` (row ``r`` in fold ``fold[r]``), on sums centred at
     the node's mean over all rows; the variance floored at ``var_floor`` times the fold-out root
     variance (1 for a feature constant there), as `ferl.novelty` floors the full fit's. A node with
     no weight outside the fold keeps its overall mean and the floor.
@@ -93,7 +93,7 @@ def _fold_out_gaussians(U, sw, start, count, rows, phi0, n_folds, var_floor):
             r = rows[e]
             w = phi0[e] * sw[r]
             if w > 0.0:
-                k = r % n_folds
+                k = fold[r]
                 s0[k] += w
                 for f in range(d):
                     z = U[r, f] - center[f]
@@ -116,7 +116,7 @@ def _fold_out_gaussians(U, sw, start, count, rows, phi0, n_folds, var_floor):
 
 @njit(cache=True)
 def cross_fitted_path_residual(U, sw, start, count, rows, phi0, feature, left, right, parent, free,
-                               n_free, n_folds, var_floor, z_max):
+                               n_free, fold, n_folds, var_floor, z_max):
     """Out-of-fold ``R_l(x_i)`` of every (training row, leaf) pair of positive weight
     ``phi0 * sw``, in the order of `ferl._leaf_fit.fit_kernel`'s cross-fitted NLLs (leaves depth
     first, left child first; a leaf's rows in firing order), each row scored on the free-feature
@@ -125,7 +125,7 @@ def cross_fitted_path_residual(U, sw, start, count, rows, phi0, feature, left, r
     ``U`` (n, d): the training inputs, standardised (``z`` is invariant to it). Returns an ndarray
     of shape (m,), float64 >= 0.
     """
-    mean, inv_sd = _fold_out_gaussians(U, sw, start, count, rows, phi0, n_folds, var_floor)
+    mean, inv_sd = _fold_out_gaussians(U, sw, start, count, rows, phi0, fold, n_folds, var_floor)
     n_nodes = feature.shape[0]
     n_values = 0
     for o in range(n_nodes):
@@ -148,7 +148,7 @@ def cross_fitted_path_residual(U, sw, start, count, rows, phi0, feature, left, r
             r = rows[e]
             if phi0[e] * sw[r] <= 0.0:
                 continue
-            k = r % n_folds
+            k = fold[r]
             values[m] = _walk(U[r], o, parent, mean[k], inv_sd[k], free, n_free, z_max)
             m += 1
     return values[:m]

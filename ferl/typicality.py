@@ -80,7 +80,8 @@ __all__ = [
 KAPPA = 0.5
 #: Ridge added to every leaf covariance, in standardised units (a fraction of the training variance).
 RIDGE = 1e-3
-#: Interleaved folds (row ``i`` in fold ``i % CROSS_FIT``) of the reliability's cross-fitted reference.
+#: Interleaved folds of the reliability's cross-fitted reference: the ``j``-th row of positive weight
+#: is in fold ``j % CROSS_FIT`` (`_folds`), so that rows of weight 0 change nothing.
 CROSS_FIT = 5
 #: Quantiles of the cross-fitted training leaf typicality scores where the reliability starts to
 #: fall and where it reaches 1/2.
@@ -169,6 +170,12 @@ def _whitening(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return whiten, 0.5 * t * share[:, None]
 
 
+def _folds(sw: np.ndarray) -> np.ndarray:
+    """The cross-fit fold of each row, int64 of the shape of ``sw``: the ``j``-th row of positive weight
+    in fold ``j % CROSS_FIT`` (rows of weight 0 are never scored nor fitted on)."""
+    return ((np.cumsum(np.asarray(sw) > 0) - 1) % CROSS_FIT).astype(np.int64)
+
+
 def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
     """Leaf means and shrunk covariances (ridge excluded), and the cross-fitted leaf NLLs.
 
@@ -195,7 +202,7 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
                        W.count, W.rows, W.phi0, np.asarray(tree.feature, dtype=np.int64),
                        np.asarray(tree.left, dtype=np.int64), np.asarray(tree.right, dtype=np.int64),
                        np.asarray(tree.parent, dtype=np.int64), leaf_index,
-                       KAPPA * U.shape[1], RIDGE, CROSS_FIT)
+                       KAPPA * U.shape[1], RIDGE, _folds(sw), CROSS_FIT)
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -240,7 +247,7 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
         U, np.ascontiguousarray(sw, dtype=np.float64), W.start, W.count, W.rows, W.phi0,
         np.asarray(tree.feature, dtype=np.int64), np.asarray(tree.left, dtype=np.int64),
         np.asarray(tree.right, dtype=np.int64), np.asarray(tree.parent, dtype=np.int64), free,
-        free.sum(axis=1).astype(np.int64), CROSS_FIT, VAR_FLOOR, Z_MAX)
+        free.sum(axis=1).astype(np.int64), _folds(sw), CROSS_FIT, VAR_FLOOR, Z_MAX)
     values = values / d + residual / 2
     q0, q1 = RELIABILITY_QUANTILES
     tau = _weighted_quantile(values, weights, q0)
