@@ -2,8 +2,8 @@
 
 `grow_tree` runs the loop; the growth *policy* lives in small functions beside it: which leaves
 may still split (`_may_split`), what a child may still test on its path (`_child_limits`), the
-unit of the minimum fuzzy band (`_feature_spread`) and the optional pruning after growth
-(`_merge_agreeing_leaves`). The criteria are chosen in `ferl.presets`.
+unit of the minimum fuzzy band (`_feature_spread`); the optional pruning after growth is
+`ferl._pruning`. The criteria are chosen in `ferl.presets`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ferl._binning import bin_features
+from ferl._pruning import cost_complexity_prune
 from ferl._splitter import (
     GAIN_CCI,
     GAIN_ENTROPY,
@@ -43,7 +44,8 @@ class GrowthSettings:
     n_bootstrap: int
     width_factor: float
     min_width: float  # fraction of the feature's spread (`_feature_spread`)
-    prune: bool  # undo splits whose two leaves predict the same class
+    prune: bool  # cost-complexity pruning after growth (`ferl._pruning`)
+    ccp_alpha: float  # its cost of one rule (0: only splits that change no training prediction)
 
 
 @dataclass(frozen=True)
@@ -194,8 +196,8 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
     after which growth stops. Growth also stops at ``max_rules`` leaves or when no leaf above
     depth ``max_depth`` has an admissible split (both children at least ``min_leaf`` soft weight).
     Pure leaves are not split. No path cuts a feature again inside a fuzzy band it already used
-    (`_child_limits`). With ``settings.prune`` the splits whose two leaves predict the same class
-    are undone after growth (`_merge_agreeing_leaves`).
+    (`_child_limits`). With ``settings.prune`` the tree is pruned after growth at
+    ``settings.ccp_alpha`` (`ferl._pruning.cost_complexity_prune`).
 
     Parameters
     ----------
@@ -262,41 +264,5 @@ def grow_tree(X, y, sample_weight, n_classes, settings: GrowthSettings, rng, set
             consider(child)
         n_leaves += 1
     tree = tree.finalize()
-    return _merge_agreeing_leaves(tree) if settings.prune else tree
+    return cost_complexity_prune(tree, settings.ccp_alpha) if settings.prune else tree
 
-
-def _merge_agreeing_leaves(tree: FuzzyTree) -> FuzzyTree:
-    """Undo, bottom-up, every split whose two children are leaves predicting the same class.
-
-    Such a split changes no point prediction (the parent's distribution is the firing-weighted
-    mixture of its children's, so it has their common arg max) but spends a rule; undoing it
-    repeatedly leaves a tree in which sibling leaves always disagree.
-    """
-    leaf = tree.feature < 0
-    top = np.argmax(tree.value, axis=1)
-    for o in range(tree.n_nodes - 1, -1, -1):
-        if leaf[o]:
-            continue
-        lc, rc = tree.left[o], tree.right[o]
-        if leaf[lc] and leaf[rc] and top[lc] == top[rc]:
-            leaf[o] = True
-    keep = np.zeros(tree.n_nodes, dtype=bool)
-    keep[0] = True
-    for o in range(tree.n_nodes):
-        if keep[o] and not leaf[o]:
-            keep[tree.left[o]] = keep[tree.right[o]] = True
-    if keep.all():
-        return tree
-    new_index = np.cumsum(keep) - 1
-    out = FuzzyTree(n_classes=tree.n_classes)
-    for name in FuzzyTree.ARRAY_FIELDS:
-        setattr(out, name, getattr(tree, name)[keep].copy())
-    cut = leaf[keep] & (out.feature >= 0)  # collapsed internal nodes become leaves
-    out.feature[cut] = out.kind[cut] = out.fuzzy_set[cut] = -1
-    for name in ("trap", "threshold", "half_width", "lo", "hi", "gain"):
-        getattr(out, name)[cut] = np.nan
-    internal = out.feature >= 0
-    out.left = np.where(internal, new_index[np.maximum(out.left, 0)], -1)
-    out.right = np.where(internal, new_index[np.maximum(out.right, 0)], -1)
-    out.parent = np.where(out.parent >= 0, new_index[np.maximum(out.parent, 0)], -1)
-    return out

@@ -199,11 +199,16 @@ class Firing:
         return cls(start, count.astype(np.int64), rows, values, values, np.zeros_like(values),
                    phi.shape[0])
 
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions of the entries in use, node by node (the gaps between nodes skipped), and the
+        node of each: two int64 arrays of the same length."""
+        node = np.repeat(np.arange(self.start.shape[0]), self.count)
+        first = np.repeat(self.start - (np.cumsum(self.count) - self.count), self.count)
+        return first + np.arange(node.size), node
+
     def dense(self, values: np.ndarray) -> np.ndarray:
         """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros elsewhere."""
-        n_nodes = self.start.shape[0]
-        out = np.zeros((self.n_samples, n_nodes))
-        for o in np.flatnonzero(self.count):
-            at = slice(self.start[o], self.start[o] + self.count[o])
-            out[self.rows[at], o] = values[at]
+        out = np.zeros((self.n_samples, self.start.shape[0]))
+        at, node = self.entries()
+        out[self.rows[at], node] = values[at]
         return out

@@ -132,6 +132,8 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     s1 = np.empty((n_folds, d))
     s2 = np.empty((n_folds, d, d))
     S = np.empty((d, d))
+    t1 = np.empty(d)
+    t2 = np.empty((d, d))
     shift = np.empty(d)
     chol = np.empty((n_folds, d, d))
     half_logdet = np.empty(n_folds)
@@ -148,28 +150,25 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         s0 = _moments(U, sw, entries, rows, phi0, n_folds, node_count, node_mean, s1, s2)
         total = node_count[0]
         for f in range(d):
+            acc = 0.0
+            for k in range(n_folds):
+                acc += s1[k, f]
+            t1[f] = acc
             for g in range(f + 1):
                 acc = 0.0
                 for k in range(n_folds):
                     acc += s2[k, f, g]
+                t2[f, g] = acc
                 S[f, g] = acc / total if total > 0.0 else 0.0
         _shrunk(total, node_mean, S, bm[t - 1, 0], bc[t - 1, 0], kappa, bm[t, 0], bc[t, 0])
-        for k in range(n_folds):
+        for k in range(n_folds):  # without fold k: the totals minus its sums
             out0 = total - s0[k]
             safe = out0 if out0 > 0.0 else 1.0
             for f in range(d):
-                acc = 0.0
-                for j in range(n_folds):
-                    if j != k:
-                        acc += s1[j, f]
-                shift[f] = acc / safe
+                shift[f] = (t1[f] - s1[k, f]) / safe
             for f in range(d):
                 for g in range(f + 1):
-                    acc = 0.0
-                    for j in range(n_folds):
-                        if j != k:
-                            acc += s2[j, f, g]
-                    S[f, g] = acc / safe - shift[f] * shift[g]
+                    S[f, g] = (t2[f, g] - s2[k, f, g]) / safe - shift[f] * shift[g]
             for f in range(d):
                 v[f] = node_mean[f] + shift[f]
             _shrunk(out0, v, S, bm[t - 1, 1 + k], bc[t - 1, 1 + k], kappa, bm[t, 1 + k], bc[t, 1 + k])

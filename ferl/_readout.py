@@ -65,9 +65,7 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
     phi0 = fired.dense(fired.phi0)
     score = leaf_typicality(tree, leaves, X, fired, leaf_nll)
     reliability = source_reliability(tree, leaves, phi0, score)
-    node = np.repeat(np.arange(tree.n_nodes), fired.count)
-    first = np.repeat(fired.start - (np.cumsum(fired.count) - fired.count), fired.count)
-    at = first + np.arange(node.size)  # entry positions, node by node (gaps between nodes skipped)
+    at, node = fired.entries()
     entry = np.ones_like(fired.phi)
     entry[at] = reliability[fired.rows[at], node]
     return replace(fired, phi=discount(fired.phi, entry)), reliability

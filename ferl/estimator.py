@@ -48,10 +48,11 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
     ----------
     variant : {"compact", "medium", "deep"}, default="deep"
         Preset of the paper's configurations (see `ferl.presets`, which says what the paper leaves
-        open and what was chosen, by which measurement): compact (<= 15 rules, fixed low / medium
-        / high partitions, pruned), medium (<= 50 rules, learned splits), deep (<= 200 rules,
-        learned splits; the main text's 200 rather than appendix G's 150); medium and deep grow at
-        least ``rules_per_class`` rules per class. Any parameter below that is not None overrides
+        open and what was chosen, by which measurement): compact (<= 15 rules, learned splits,
+        cost-complexity pruned; ``partition="fixed"`` gives the paper's low / medium / high
+        terms), medium (<= 50 rules, learned splits), deep (<= 200 rules, learned splits; the main
+        text's 200 rather than appendix G's 150); medium and deep grow at least
+        ``rules_per_class`` rules per class. Any parameter below that is not None overrides
         the preset.
     max_rules : int >= 2, default=None
         Rule budget R (number of leaves). When given it is exact; when None the preset's budget is
@@ -86,7 +87,12 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
     patience : int >= 0, default=None
         Non-improving splits tolerated before growth stops.
     prune : bool, default=None
-        After growth, undo (bottom-up) every split whose two leaves predict the same class.
+        After growth, undo splits by minimal cost-complexity pruning at `ccp_alpha`
+        (`ferl._pruning.cost_complexity_prune`; at 0 only the splits that change no training
+        prediction).
+    ccp_alpha : float >= 0, default=None
+        Complexity cost of one rule when pruning, in fractions of the training weight: a subtree
+        is undone when it saves at most ``ccp_alpha`` soft training error per rule it adds.
     min_samples_leaf : int >= 1 or float in (0, 1), default=None
         Minimum soft support of each child: a count of (mean-weight) samples, or a fraction of the
         total weight.
@@ -135,7 +141,7 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
                  partition=None, gain=None, evidence_nodes=None, combination="dempster",
                  n_bootstrap=25, width_factor=2.0, min_width=0.05, min_gain=None, patience=None,
-                 min_samples_leaf=None, prune=None, bounded_support=True, support_margin=1.0,
+                 min_samples_leaf=None, prune=None, ccp_alpha=None, bounded_support=True, support_margin=1.0,
                  novelty_discount=False, random_state=None):
         self.variant = variant
         self.max_rules = max_rules
@@ -152,6 +158,7 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
         self.patience = patience
         self.min_samples_leaf = min_samples_leaf
         self.prune = prune
+        self.ccp_alpha = ccp_alpha
         self.bounded_support = bounded_support
         self.support_margin = support_margin
         self.novelty_discount = novelty_discount

@@ -105,15 +105,29 @@ def _paper_dataset(dataset: str, data_cfg: dict, n_classes: int) -> str | None:
     return "awa2" if name in ("awa2", "awa_features") else None
 
 
+#: Heads sized by another head's fit: (head, the head it follows, what it takes from it).
+_SIZED_BY = (("lr-restricted", "ferl-deep", "concept count"), ("cart-compact", "ferl-compact", "leaf count"))
+
+
+def _head_options(name: str, results: dict, kind: str) -> dict:
+    """The registry options of a head sized by another head's fit on the same inputs (`_SIZED_BY`)."""
+    if name == "lr-restricted":
+        return {"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
+    if name == "cart-compact":
+        return {"max_leaf_nodes": max(results["ferl-compact"][kind]["size"]["rules"], 2)}
+    return {}
+
+
 def _resolve_heads(heads: Sequence[str]) -> list[str]:
     unknown = [h for h in heads if h not in HEADS]
     if unknown or not heads:
         raise ValueError(f"unknown or no heads {unknown}; known heads: {list(HEADS)}")
     wanted = set(heads)
-    if "lr-restricted" in wanted and "ferl-deep" not in wanted:
-        log.info("lr-restricted takes its concept count from ferl-deep: fitting ferl-deep too")
-        wanted.add("ferl-deep")
-    return [h for h in HEADS if h in wanted]  # registry order: ferl-deep before lr-restricted
+    for follower, leader, what in _SIZED_BY:
+        if follower in wanted and leader not in wanted:
+            log.info("%s takes its %s from %s: fitting %s too", follower, what, leader, leader)
+            wanted.add(leader)
+    return [h for h in HEADS if h in wanted]  # registry order: each leader before its follower
 
 
 def _calibration_summary(tables, calibrated) -> dict:
@@ -179,8 +193,7 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
     fitted: dict[tuple[str, str], ConceptHead] = {}
     for kind in INPUTS:
         for name in names:
-            options = ({"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
-                       if name == "lr-restricted" else {})
+            options = _head_options(name, results, kind)
             start = time.perf_counter()
             head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
             fit_seconds = time.perf_counter() - start
@@ -214,7 +227,8 @@ def fit_head(
         Output folder (the run directory). The first ``config.yaml`` in ``out``, ``concepts`` or
         its parent, when present, names the dataset and says whether the run is open-world.
     heads : sequence of str
-        Registry names (:data:`cbm.heads.HEADS`); ``lr-restricted`` brings ``ferl-deep`` along.
+        Registry names (:data:`cbm.heads.HEADS`); ``lr-restricted`` brings ``ferl-deep`` along,
+        ``cart-compact`` brings ``ferl-compact``.
     seed : int
         Seed of every head (same seed, same result).
     dataset : {"auto", "cub20", "cub200", "awa2", "none"}

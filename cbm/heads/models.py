@@ -109,6 +109,10 @@ class FERLHead(ConceptHead):
 class CARTHead(ConceptHead):
     """CART (scikit-learn ``DecisionTreeClassifier`` with its defaults, seeded).
 
+    ``max_leaf_nodes`` (None: unbounded) grows the tree best-first to at most that many leaves: the
+    registry's ``cart-compact`` is the CART with as many leaves as FERL-compact has rules, the
+    same-size baseline of issue 16.
+
     Saved as a `skops.io` file; loading trusts only the types `skops.io` trusts by default plus the
     class of the public ``tree_`` attribute of a fitted ``DecisionTreeClassifier`` (any other type
     in the file raises ValueError).
@@ -116,8 +120,13 @@ class CARTHead(ConceptHead):
 
     kind = "cart"
 
+    def __init__(self, name: str, seed: int = 0, max_leaf_nodes: int | None = None) -> None:
+        super().__init__(name, seed)
+        self.max_leaf_nodes = max_leaf_nodes
+
     def _fit(self, X, y):
-        self.model_ = DecisionTreeClassifier(random_state=self.seed).fit(X, y)
+        self.model_ = DecisionTreeClassifier(max_leaf_nodes=self.max_leaf_nodes,
+                                             random_state=self.seed).fit(X, y)
 
     def size(self):
         return {"rules": int(self.model_.get_n_leaves()), "nonzero_weights": None,

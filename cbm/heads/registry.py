@@ -7,6 +7,9 @@ name               model
 ``ferl-medium``    ``FERLClassifier(variant="medium")``
 ``ferl-deep``      ``FERLClassifier(variant="deep")``
 ``cart``           ``DecisionTreeClassifier(random_state=seed)`` (scikit-learn defaults)
+``cart-compact``   the same CART grown best-first to ``max_leaf_nodes`` leaves: as many as
+                   the FERL-compact head has rules (fitted with it), compact's same-size
+                   baseline (issue 16)
 ``lr``             ``LogisticRegression(max_iter=2000)`` (L2, C=1, multinomial)
 ``lr-restricted``  the same LR refitted on only ``n_concepts`` concepts (the paper's
                    "concept-restricted LR": as many concepts as the FERL-deep tree uses),
@@ -33,6 +36,7 @@ HEADS: dict[str, Callable[..., ConceptHead]] = {
     "ferl-medium": lambda seed=0: FERLHead("ferl-medium", seed, "medium"),
     "ferl-deep": lambda seed=0: FERLHead("ferl-deep", seed, "deep"),
     "cart": lambda seed=0: CARTHead("cart", seed),
+    "cart-compact": lambda seed=0, max_leaf_nodes=None: CARTHead("cart-compact", seed, max_leaf_nodes),
     "lr": lambda seed=0: LRHead("lr", seed),
     "lr-restricted": lambda seed=0, n_concepts=None: RestrictedLRHead("lr-restricted", seed, n_concepts),
 }

@@ -21,7 +21,8 @@ DASH = "–"
 #: Display names of the heads (Table 4's row names).
 HEAD_LABELS = {
     "ferl-compact": "FERL-compact", "ferl-medium": "FERL-medium", "ferl-deep": "FERL-deep",
-    "cart": "CART", "lr": "LR", "lr-restricted": "Concept-restricted LR",
+    "cart": "CART", "cart-compact": "CART (compact's size)", "lr": "LR",
+    "lr-restricted": "Concept-restricted LR",
 }
 #: Display names of the paper's datasets.
 DATASET_LABELS = {"cub20": "CUB-20", "cub200": "CUB-200", "awa2": "AwA2"}
@@ -103,6 +104,23 @@ def _sources_markdown(entry: dict) -> list[str]:
             "", markdown_table(table)]
 
 
+def _compact_note(heads: dict, n_classes: int) -> list[str]:
+    """What FERL-compact's rule budget allows, beside the CART of its size (empty without compact)."""
+    if "ferl-compact" not in heads:
+        return []
+    rules = {i: heads["ferl-compact"][i]["size"]["rules"] for i in ("raw", "calibrated")}
+    counts = " / ".join(str(rules[i]) for i in ("raw", "calibrated"))
+    lines = [f"FERL-compact has {counts} rules (raw / calibrated) for {n_classes} classes."]
+    if max(rules.values()) < n_classes:
+        lines.append(f"A rule concludes one class, so {max(rules.values())} rules cannot name {n_classes} "
+                     f"classes: at least {n_classes - max(rules.values())} classes are no rule's "
+                     "conclusion, and compact cannot reach the accuracy the concepts allow.")
+    if "cart-compact" in heads:
+        lines.append("CART (compact's size) is a CART grown to as many leaves as compact has rules on the "
+                     "same inputs (`max_leaf_nodes`), the same-size baseline.")
+    return [" ".join(lines) + "\n"]
+
+
 def heads_markdown(entry: dict) -> str:
     """Markdown report: Table-4-style accuracy table, selective risk / ECE, FERL sets, calibration.
 
@@ -146,7 +164,7 @@ def heads_markdown(entry: dict) -> str:
         table[f"Paper calib. ({label})"] = [paper.get(h, (DASH, DASH))[1] for h in heads]
     table["Size (raw)"] = [_size(heads[h]["raw"]["size"]) for h in heads]
     table["Size (calib.)"] = [_size(heads[h]["calibrated"]["size"]) for h in heads]
-    lines += ["", markdown_table(table)]
+    lines += ["", markdown_table(table), *_compact_note(heads, n_train)]
     if paper_key:
         lines.append(f"Paper values: §5.2's text for {DATASET_LABELS.get(paper_key, paper_key)} "
                      f"({DASH} = not given in our copy of the paper); the paper's concept detector is an "

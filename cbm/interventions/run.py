@@ -182,7 +182,7 @@ def open_head(run: RunConcepts, name: str = "ferl-deep", fit: str = "sequential"
     Raises
     ------
     ValueError
-        Unknown fit, inputs, head or expert mode; ``lr-restricted`` without a saved head.
+        Unknown fit, inputs, head or expert mode; ``lr-restricted`` or ``cart-compact`` without a saved head.
     FileNotFoundError
         A saved head that cannot be read.
     """
@@ -196,8 +196,8 @@ def open_head(run: RunConcepts, name: str = "ferl-deep", fit: str = "sequential"
     if fit == "sequential" and (saved / "head.json").is_file():
         head, X_fit = load_head(saved), run.concepts("train", inputs)
     else:
-        if name == "lr-restricted":
-            raise ValueError("lr-restricted takes its concept count from a fit-head run; evaluate it on a "
+        if name in ("lr-restricted", "cart-compact"):
+            raise ValueError(f"{name} takes its size from a fit-head run; evaluate it on a "
                              "run whose heads were saved by fit-head (sequential)")
         X_fit = (train.concept_labels.astype(np.float64) if fit == "independent"
                  else run.concepts("train", inputs))

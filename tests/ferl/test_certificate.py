@@ -121,6 +121,6 @@ def test_step_memberships_make_the_constant_infinite_and_the_radius_zero():
     rng = np.random.default_rng(1)
     X = (rng.random((300, 4)) < 0.5).astype(float)  # binary: tied quantiles give steps
     y = (X[:, 0] + X[:, 1] > 0.5).astype(int)
-    clf = FERLClassifier("compact", random_state=0).fit(X, y)
+    clf = FERLClassifier("compact", partition="fixed", random_state=0).fit(X, y)
     assert lipschitz_constant(clf.tree_) == np.inf
     np.testing.assert_array_equal(clf.robustness_radius(X), 0.0)

@@ -48,7 +48,9 @@ def test_presets_respect_rule_budget_and_partition(wine, variant):
     clf = FERLClassifier(variant, random_state=0).fit(X, y)
     assert 2 <= clf.n_rules_ <= PRESETS[variant]["max_rules"]
     kinds = set(clf.tree_.kind[~clf.tree_.is_leaf])
-    assert kinds == ({1} if variant == "compact" else {0})
+    assert kinds == {0}  # learned splits; compact's fixed partitions are ``partition="fixed"``
+    fixed = FERLClassifier(variant, partition="fixed", random_state=0).fit(X, y)
+    assert set(fixed.tree_.kind[~fixed.tree_.is_leaf]) == {1}
 
 
 def test_overrides_beat_presets(wine):
@@ -331,3 +333,29 @@ def test_explain_reads_a_series_by_its_labels():
     assert clf.explain(df.iloc[0]).ood_score == clf.ood_score(df.iloc[[0]])[0]
     with pytest.raises(ValueError, match="feature names"):
         clf.explain(df.iloc[0][["s", "r", "q", "p"]])
+
+
+def _calibrated_like(rng, n, absent):
+    """Two concepts coding four classes plus one noise concept, present in U(0.6, 1); an absent
+    concept is ``absent`` (None: exactly 0, or for 10 % of rows U(0, 0.05), as isotonic maps give)."""
+    y = rng.integers(0, 4, n)
+    present = np.stack([y & 1, (y >> 1) & 1, rng.integers(0, 2, n)], axis=1).astype(bool)
+    X = np.where(present, rng.uniform(0.6, 1.0, present.shape), 0.0 if absent is None else absent)
+    if absent is None:
+        small = ~present & (rng.random(present.shape) < 0.1)
+        X[small] = rng.uniform(0.0, 0.05, small.sum())
+    return X, y
+
+
+def test_compact_routes_calibrated_concepts_slightly_above_zero():
+    # issue 16: on calibrated concepts (most values exactly 0) the fixed partitions' quantiles tie
+    # at 0, "low" becomes the step "x <= 0" and an absent concept calibrated to 0.03 goes the way
+    # of a present one (make demo: compact 75.0 % raw -> 74.6 calibrated). Learned cuts do not.
+    rng = np.random.default_rng(0)
+    X, y = _calibrated_like(rng, 800, None)
+    X_test, y_test = _calibrated_like(rng, 400, 0.03)
+    compact = FERLClassifier("compact", random_state=0).fit(X, y)
+    fixed = FERLClassifier("compact", partition="fixed", random_state=0).fit(X, y)
+    assert np.mean(compact.predict(X_test) == y_test) >= 0.95
+    assert (fixed.partitions_[:, 0, 2:] == 0.0).all()  # low = (-inf, -inf, 0, 0): a step at 0
+    assert np.mean(fixed.predict(X_test) == y_test) < 0.5

@@ -34,6 +34,7 @@ def test_every_parameter_has_a_constraint():
     (dict(min_samples_leaf=1.0), r"'min_samples_leaf' .* must be an int in \[1, inf\), a float in "
                                  r"\(0, 1\) or None\. Got 1\.0"),
     (dict(prune="yes"), r"'prune' .* must be a bool or None\. Got 'yes'"),
+    (dict(ccp_alpha=-0.01), r"'ccp_alpha' .* must be a float in \[0, inf\) or None\. Got -0\.01"),
     (dict(random_state=-1), r"'random_state' .* must be None, an int in \[0, 4294967295\] or a "
                             r"numpy\.random\.RandomState\. Got -1"),
     (dict(random_state=np.random.default_rng(0)), "'random_state'"),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.base import clone
 from sklearn.datasets import load_wine
 from sklearn.preprocessing import MinMaxScaler
 
@@ -33,8 +34,10 @@ def data():
 
 @pytest.fixture(scope="module", params=["compact", "medium", "deep"])
 def fitted(request, data):
+    """Each variant; compact on the paper's fixed low / medium / high partitions (its words)."""
     X, y = data
-    return FERLClassifier(request.param, random_state=0).fit(X, y, feature_names=NAMES)
+    partition = "fixed" if request.param == "compact" else None
+    return FERLClassifier(request.param, partition=partition, random_state=0).fit(X, y, feature_names=NAMES)
 
 
 # ---------------------------------------------------------------------- hand-built trees
@@ -199,7 +202,7 @@ def test_conditions_use_bands_for_learned_splits_and_terms_for_fixed_partitions(
     assert conds and all(re.match(rf"^\S+ ({piece}( or {piece})*|{term})$", c) for c in conds), conds
     has_term = [bool(re.match(rf"^\S+ {term}$", c)) for c in conds]
     # a term for every single fixed set (merged sets read as a term when exactly one, else numeric)
-    assert any(has_term) if fitted.variant == "compact" else not any(has_term)
+    assert any(has_term) if fitted.partition == "fixed" else not any(has_term)
 
 
 def test_export_text_names_every_feature_and_is_stable_for_a_seed(fitted, data):
@@ -209,7 +212,7 @@ def test_export_text_names_every_feature_and_is_stable_for_a_seed(fitted, data):
         assert NAMES[f] in text
     assert not re.search(r"\bx\d+\b", text)
     assert text.count("\n") + 1 == fitted.n_rules_
-    again = FERLClassifier(fitted.variant, random_state=0).fit(X, y, feature_names=NAMES)
+    again = clone(fitted).fit(X, y, feature_names=NAMES)
     assert again.export_text() == text
 
 

@@ -74,7 +74,7 @@ def test_children_follow_parents_and_depths_are_consistent():
 def test_compact_never_retests_the_same_fuzzy_set_on_a_path():
     X, y = make_classification(n_samples=400, n_features=3, n_informative=3, n_redundant=0,
                                n_classes=3, random_state=0)
-    clf = FERLClassifier("compact", random_state=0).fit(X, y)
+    clf = FERLClassifier("compact", partition="fixed", random_state=0).fit(X, y)
     t = clf.tree_
     for leaf in np.flatnonzero(t.is_leaf):
         tests, node = [], leaf
@@ -148,7 +148,7 @@ def test_compact_closes_a_feature_after_f_is_s():
     # path only inside fuzzy bands, so f is never tested again below the "is" branch.
     X, y = make_classification(n_samples=600, n_features=3, n_informative=3, n_redundant=0,
                                n_classes=3, random_state=0)
-    tree = FERLClassifier("compact", prune=False, random_state=0).fit(X, y).tree_
+    tree = FERLClassifier("compact", partition="fixed", prune=False, random_state=0).fit(X, y).tree_
     for path in _paths(tree):
         closed = set()
         for node, went_left in path:
@@ -175,9 +175,9 @@ def _hand_tree():
 
 
 def test_pruning_undoes_splits_whose_leaves_agree_and_reindexes_the_tree():
-    from ferl._builder import _merge_agreeing_leaves
+    from ferl._pruning import cost_complexity_prune
 
-    tree = _merge_agreeing_leaves(_hand_tree())
+    tree = cost_complexity_prune(_hand_tree(), 0.0)
     assert tree.n_nodes == 3
     np.testing.assert_array_equal(tree.feature, [0, -1, -1])
     np.testing.assert_array_equal(tree.left, [1, -1, -1])
@@ -186,6 +186,33 @@ def test_pruning_undoes_splits_whose_leaves_agree_and_reindexes_the_tree():
     np.testing.assert_allclose(tree.value[1], [0.9, 0.1])  # the merged node keeps its mixture
     np.testing.assert_array_equal(tree.depth, [0, 1, 1])
     assert np.isnan(tree.threshold[1]) and np.isnan(tree.trap[1]).all() and tree.kind[1] == -1
+
+
+def test_cost_complexity_pruning_undoes_the_weakest_link_while_it_saves_at_most_alpha_per_rule():
+    from ferl._pruning import cost_complexity_prune
+    from ferl._tree import FuzzyTree
+
+    # Root (weight 40) -> node 1 (20) and leaf 2 (20, class 1 at 0.9); node 1 -> leaves 3 (10, class 0
+    # at 0.95) and 4 (10, class 1 at 0.6); every parent is the mixture of its children.
+    tree = FuzzyTree(n_classes=2)
+    rows = ((-1, 0, [0.3875, 0.6125], 40.0), (0, 1, [0.675, 0.325], 20.0), (0, 1, [0.1, 0.9], 20.0),
+            (1, 2, [0.95, 0.05], 10.0), (1, 2, [0.4, 0.6], 10.0))
+    for parent, depth, value, weight in rows:
+        tree.add_node(parent, depth, np.array(value), weight)
+    for o, children in ((0, (1, 2)), (1, (3, 4))):
+        tree.feature[o], tree.kind[o], (tree.left[o], tree.right[o]) = o, 0, children
+        tree.trap[o] = np.array([-np.inf, -np.inf, 0.4, 0.6])
+        tree.threshold[o], tree.half_width[o], tree.lo[o], tree.hi[o], tree.gain[o] = .5, .1, 0, 1, .1
+    tree = tree.finalize()
+    # Soft errors (weight misclassified / 40): node 1 as a leaf 6.5 / 40, its leaves (0.5 + 4) / 40,
+    # so node 1's split saves 0.05 per rule; then the root's split saves (15.5 - 8.5) / 40 = 0.175.
+    assert cost_complexity_prune(tree, 0.0) is tree
+    assert cost_complexity_prune(tree, 0.049).n_nodes == 5
+    pruned = cost_complexity_prune(tree, 0.05)
+    np.testing.assert_array_equal(pruned.feature, [0, -1, -1])
+    np.testing.assert_allclose(pruned.value[1], [0.675, 0.325])
+    assert cost_complexity_prune(tree, 0.174).n_nodes == 3
+    assert cost_complexity_prune(tree, 0.176).n_nodes == 1
 
 
 def test_compact_prunes_until_sibling_leaves_disagree():

@@ -274,6 +274,23 @@ def test_discounted_sparse_read_out_equals_the_dense_textbook_discount(variant, 
     assert (clf._reliability(Z)[40:100] < 1).any()  # the discount did act
 
 
+def test_the_leaf_read_out_is_the_same_row_by_row_and_in_blas_blocks(correlated):
+    """`leaf_terms` whitens a leaf's rows in one BLAS product from `BLAS_ROWS` rows on, one by one
+    below: both paths give the same terms."""
+    from ferl.typicality import _leaf_kernel
+
+    clf, X, _ = correlated
+    g = clf.leaf_gaussians_
+    U = standardise(X[:60], g.center, g.scale)
+    phi0 = clf.tree_.firing(X[:60], False, np.ones(clf.tree_.n_nodes))[0][:, g.leaves]
+    args = (U, np.ascontiguousarray(phi0), g.mean, g.whiten, g.whiten_t, g.half_share,
+            g.half_share.sum(axis=1))
+    by_row, by_block = _leaf_kernel(*args, 10**9), _leaf_kernel(*args, 1)
+    assert (phi0 > 0).sum(axis=0).max() >= 8  # some leaf takes the BLAS path by default
+    for a, b in zip(by_row, by_block, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
 @settings(max_examples=6, deadline=None)
 @given(seed=st.integers(0, 300), variant=st.sampled_from(["compact", "medium", "deep"]),
        shift=st.sampled_from([0.0, 0.5, 3.0]))

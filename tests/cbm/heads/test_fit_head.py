@@ -183,7 +183,8 @@ def test_default_config_parses():
     cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r", "--heads", "lr,cart"])
     assert cfg.heads == "lr,cart" and cfg.seed == 0 and cfg.dataset == "auto" and cfg.open_world is None
     cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r"])
-    assert cfg.heads == ["ferl-compact", "ferl-medium", "ferl-deep", "cart", "lr", "lr-restricted"]
+    assert cfg.heads == ["ferl-compact", "ferl-medium", "ferl-deep", "cart", "cart-compact", "lr",
+                         "lr-restricted"]
 
 
 # ----------------------------------------------------------------------------- robustness (issue 18)
@@ -314,3 +315,19 @@ def test_a_full_disk_while_writing_is_one_error_line_and_keeps_the_previous_step
     monkeypatch.undo()
     assert _snapshot(run) == before and _seeds(run) == {0}
     assert all(len(list((run / "head" / "lr" / i).glob("v-*"))) == 1 for i in INPUTS)  # no debris
+
+
+def test_cart_compact_has_compact_size_and_the_table_says_what_its_rules_cannot_name(tmp_path):
+    src = _write_tables(tmp_path / "src", n_classes=20, scale=2)
+    entry = fit_head(src / "concepts", tmp_path / "out", heads=["cart-compact"], seed=0,
+                     compare_train_concepts=False)
+    assert list(entry["heads"]) == ["ferl-compact", "cart-compact"]  # compact is fitted to size the CART
+    for inputs in INPUTS:
+        rules = entry["heads"]["ferl-compact"][inputs]["size"]["rules"]
+        assert 2 <= rules < 20 and entry["heads"]["cart-compact"][inputs]["size"]["rules"] == rules
+    table = (tmp_path / "out" / "tables" / "heads.md").read_text()
+    assert "| CART (compact's size) |" in table
+    most = max(entry["heads"]["ferl-compact"][i]["size"]["rules"] for i in INPUTS)
+    assert f"{most} rules cannot name 20 classes" in table
+    saved = load_head(tmp_path / "out" / "head" / "cart-compact" / "raw")  # loads without the size option
+    assert saved.size()["rules"] == entry["heads"]["ferl-compact"]["raw"]["size"]["rules"]
