@@ -48,7 +48,9 @@ quantile sets how many typical inputs lose their credal singleton, the [0] quant
 it the ignorance still ranks inputs. Chosen: (0.9, 0.96), the only setting with both 40 % held-out
 and 5 % retained abstention on folds 0-1 that keeps ``r = 1`` for 90 % of typical inputs (a lower
 [0] quantile ranks better, AUROC +7, but moves the ignorance of typical inputs); seed 1 fold 2
-abstains on about 30 % of its held-out images whatever the quantiles.
+abstains on about 30 % of its held-out images whatever the quantiles. On 30 KEEL sets x 5 folds
+(FERL-deep, ``scripts/bench_novelty_tabular.py``) it moves accuracy 83.30 -> 83.35, set coverage
+90.73 -> 91.51 and mean set size 1.495 -> 1.608 (the former (0.9, 0.99) on ``nll_l``: +0.47 coverage).
 """
 
 from __future__ import annotations

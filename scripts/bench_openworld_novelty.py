@@ -2,12 +2,13 @@
 
 Usage::
 
-    python scripts/bench_openworld_novelty.py ROOT [--heldout-part novel] [--quantiles 0.9,0.99]
+    python scripts/bench_openworld_novelty.py ROOT [--heldout-part novel] [--quantiles 0.9,0.96]
 
 ``ROOT`` is an ``evaluate-openworld`` output folder (``folds.json`` and ``seed<s>/fold<f>/concepts/
 {train,val,test,novel}.npz``, e.g. from ``configs/openworld/synthetic.yaml``). For every fold found:
 the per-concept calibrator is fitted on the retained **val** table (`cbm.concepts`), FERL-deep
-(``random_state`` = the seed) and the dedicated detectors on the retained **train** vectors, and the
+(``random_state`` = the seed) and the dedicated detectors on the retained **train** vectors (the
+detector's cross-fitted ones where the run has them, as ``evaluate-openworld`` picks), and the
 retained **test** images (in-distribution) are compared with the held-out classes' images (OOD):
 
 * AUROC and rejection at 95 % val acceptance (`ferl.metrics.ood_summary`) of every FERL kind, of the
@@ -31,6 +32,8 @@ import numpy as np
 
 from cbm.concepts import ConceptCalibrator
 from cbm.data.concept_tables import load_concept_tables
+from cbm.detector.crossfit import CROSSFIT_SPLIT
+from cbm.heads.train_concepts import resolve_train_concepts
 from cbm.openworld.metrics import image_anomaly_ground_truth, precision_at_k
 from ferl import FERLClassifier, typicality
 from ferl import metrics as M
@@ -55,10 +58,14 @@ def _class_profiles(root: Path) -> np.ndarray | None:
 
 def evaluate(fold_dir: Path, seed: int, retained: list[int], profiles, heldout_part: str) -> dict:
     """Every number of the module docstring for one fold."""
-    tables = load_concept_tables(fold_dir, splits=("train", "val", "test", heldout_part))
+    crossfit = (fold_dir / "concepts" / f"{CROSSFIT_SPLIT}.npz").is_file()
+    splits = ("train", "val", "test", heldout_part) + ((CROSSFIT_SPLIT,) if crossfit else ())
+    tables = load_concept_tables(fold_dir, splits=splits)
     names = tables["train"].concept_names
     cal = ConceptCalibrator().fit(tables["val"].probs, tables["val"].concept_labels, names)
     X = {p: cal.transform(t.probs, names) for p, t in tables.items()}
+    if resolve_train_concepts("auto", crossfit) == "cross-fitted":  # as evaluate-openworld does
+        X["train"] = X.pop(CROSSFIT_SPLIT)
     parts = ("val", "test", heldout_part)
     clf = FERLClassifier("deep", random_state=seed).fit(X["train"], tables["train"].y)
     scores = {k: {p: clf.ood_score(X[p], k) for p in parts} for k in FERL_OOD_KINDS}
