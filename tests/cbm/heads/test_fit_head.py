@@ -184,6 +184,7 @@ def test_default_config_parses():
     assert cfg.heads == "lr,cart" and cfg.seed == 0 and cfg.dataset == "auto" and cfg.open_world is None
     cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r"])
     assert cfg.heads == ["ferl-compact", "ferl-medium", "ferl-deep", "cart", "lr", "lr-restricted"]
+    assert cfg.ferl_settings == "concepts"
 
 
 # ----------------------------------------------------------------------------- robustness (issue 18)
