@@ -7,6 +7,10 @@ candidate, the mean accuracy (fold std) and, for FERL, the mean ignorance, abste
 credal sets) and u65 of the credal sets. This chose `cbm.heads.models.CONCEPT_SETTINGS`:
 
     python scripts/bench_concept_heads.py runs/cub50_lite0 [--seeds 0 1 2] [--folds 5]
+
+``--openworld FOLD_DIR`` instead compares the two settings of the FERL-deep head on one fold of
+``evaluate-openworld`` (its ``concepts/{train_crossfit,val,test,novel}.npz``, calibration fitted on
+its val as the protocol does): retained-test accuracy and the OOD AUROC (test vs novel) per score.
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.tree import DecisionTreeClassifier
 
 from cbm.concepts.calibration import ConceptCalibrator
 from cbm.data.concept_tables import load_concept_table
+from cbm.heads import make_head
 from ferl import FERLClassifier
 from ferl import metrics as M
 
@@ -61,13 +67,36 @@ def cross_validate(make, X, y, folds: int, seeds) -> dict:
     return out
 
 
+def openworld_fold(fold: Path) -> None:
+    """Print FERL-deep's accuracy and OOD AUROC per score on one open-world fold, per setting."""
+    parts = ("train_crossfit", "val", "test", "novel")
+    t = {p: load_concept_table(fold / "concepts" / f"{p}.npz") for p in parts}
+    names, classes = t["val"].concept_names, np.asarray(t["val"].class_names)
+    cal = ConceptCalibrator().fit(t["val"].probs, t["val"].concept_labels, names)
+    X = {p: cal.transform(table.probs.astype(np.float64), names) for p, table in t.items()}
+    for settings in ("learner", "concepts"):
+        head = make_head("ferl-deep", 0, settings=settings)
+        head.fit(X["train_crossfit"], classes[t["train_crossfit"].y], names)
+        acc = 100 * np.mean(head.predict(X["test"]) == classes[t["test"].y])
+        line = f"{settings:<9} test accuracy {acc:5.1f}  AUROC"
+        for kind in ("nll", "residual", "combined", "ignorance", "firing"):
+            a, b = head.model_.ood_score(X["test"], kind), head.model_.ood_score(X["novel"], kind)
+            auroc = roc_auc_score(np.r_[np.zeros(a.size), np.ones(b.size)], np.r_[a, b])
+            line += f"  {kind} {100 * auroc:5.1f}"
+        print(line, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="run directory with concepts/ and calibration.json")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--in-sample", action="store_true", help="use concepts/train.npz")
+    parser.add_argument("--openworld", action="store_true", help="RUN is an evaluate-openworld fold folder")
     args = parser.parse_args()
+    if args.openworld:
+        openworld_fold(args.run)
+        return
     split = "train" if args.in_sample else "train_crossfit"
     table = load_concept_table(args.run / "concepts" / f"{split}.npz")
     calibrator = ConceptCalibrator.load(args.run / "calibration.json")

@@ -5,10 +5,10 @@ name               model
 =================  =====================================================================
 ``ferl-compact``   ``FERLClassifier(variant="compact")``
 ``ferl-medium``    ``FERLClassifier(variant="medium")``
-``ferl-deep``      ``FERLClassifier(variant="deep", min_width=0.5, min_samples_leaf=1,
-                   rules_per_class=8)`` (the FERL heads' option ``settings="concepts"``,
-                   `cbm.heads.models.CONCEPT_SETTINGS`; ``settings="learner"``: the preset
-                   alone)
+``ferl-deep``      ``FERLClassifier(variant="deep")``; with the FERL heads' option
+                   ``settings="concepts"`` (``fit-head``'s default) ``min_width=0.5,
+                   min_samples_leaf=1, rules_per_class=8`` over the preset
+                   (`cbm.heads.models.CONCEPT_SETTINGS`)
 ``cart``           ``DecisionTreeClassifier(random_state=seed)`` (scikit-learn defaults)
 ``lr``             ``LogisticRegression(max_iter=2000)`` (L2, C=1, multinomial)
 ``lr-restricted``  the same LR refitted on only ``n_concepts`` concepts (the paper's
@@ -32,9 +32,9 @@ __all__ = ["HEADS", "load_head", "make_head"]
 
 #: Registry: head name -> factory ``(seed, **options) -> ConceptHead``.
 HEADS: dict[str, Callable[..., ConceptHead]] = {
-    "ferl-compact": lambda seed=0, settings="concepts": FERLHead("ferl-compact", seed, "compact", settings),
-    "ferl-medium": lambda seed=0, settings="concepts": FERLHead("ferl-medium", seed, "medium", settings),
-    "ferl-deep": lambda seed=0, settings="concepts": FERLHead("ferl-deep", seed, "deep", settings),
+    "ferl-compact": lambda seed=0, settings="learner": FERLHead("ferl-compact", seed, "compact", settings),
+    "ferl-medium": lambda seed=0, settings="learner": FERLHead("ferl-medium", seed, "medium", settings),
+    "ferl-deep": lambda seed=0, settings="learner": FERLHead("ferl-deep", seed, "deep", settings),
     "cart": lambda seed=0: CARTHead("cart", seed),
     "lr": lambda seed=0: LRHead("lr", seed),
     "lr-restricted": lambda seed=0, n_concepts=None: RestrictedLRHead("lr-restricted", seed, n_concepts),

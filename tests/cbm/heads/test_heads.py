@@ -202,15 +202,17 @@ def test_concept_settings_route_noisy_concepts_softly():
     inner = tree.feature >= 0
     at_floor = np.isclose(tree.half_width[inner], 0.05 * spread[tree.feature[inner]], rtol=1e-6)
     assert at_floor.mean() > 0.5
-    head = make_head("ferl-deep").fit(X, y, names)
+    head = make_head("ferl-deep", settings="concepts").fit(X, y, names)
     assert head.settings == "concepts" and head.model_.min_width == 0.5
     assert np.mean(head.predict(X_test) == y_test) > np.mean(preset.predict(X_test) == y_test) + 0.2
 
 
 def test_ferl_settings_are_saved_and_checked(tmp_path):
     X, y = _world(0)
-    head = make_head("ferl-medium", settings="learner").fit(X, y, NAMES)
-    assert head.model_.min_width == 0.05  # the learner's default
-    assert load_head(head.save(tmp_path / "h")).settings == "learner"
+    head = make_head("ferl-deep").fit(X, y, NAMES)
+    assert head.settings == "learner" and head.model_.min_width == 0.05  # the preset alone
+    concepts = make_head("ferl-deep", settings="concepts").fit(X, y, NAMES)
+    loaded = load_head(concepts.save(tmp_path / "h"))
+    assert loaded.settings == "concepts" and loaded.model_.min_samples_leaf == 1
     with pytest.raises(ValueError, match="settings must be one of"):
         make_head("ferl-deep", settings="tabular")
