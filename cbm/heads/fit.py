@@ -47,6 +47,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 from cbm.concepts.calibration import ConceptCalibrator, concept_ece
 from cbm.data.concept_tables import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
+from cbm.heads.models import FERL_SETTINGS
 from cbm.heads.tables import heads_frame, heads_markdown
 from cbm.heads.train_concepts import TRAIN_CONCEPTS, crossfit_table, resolve_train_concepts, train_inputs
 from cbm.jobs import console_main, phase
@@ -185,8 +186,8 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
 
 
 def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y_train: np.ndarray,
-               y_test: np.ndarray, concept_names: list[str], seed: int,
-               source: str) -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
+               y_test: np.ndarray, concept_names: list[str], seed: int, source: str,
+               ferl_settings: str = "concepts") -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
     """Fit and evaluate every head on both input kinds (FERL heads with their novelty threshold on
     ``X_val``, the one `predict` reads); returns the results and the fitted heads by (name, kind)."""
     results: dict = {name: {} for name in names}
@@ -194,6 +195,8 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
     for kind in INPUTS:
         for name in names:
             options = _head_options(name, results, kind)
+            if name.startswith("ferl-"):
+                options["settings"] = ferl_settings
             start = time.perf_counter()
             head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
             fit_seconds = time.perf_counter() - start
@@ -216,6 +219,7 @@ def fit_head(
     open_world: bool | None = None,
     train_concepts: str = "auto",
     compare_train_concepts: bool = True,
+    ferl_settings: str = "concepts",
 ) -> dict:
     """Run the job; see the module docstring.
 
@@ -241,6 +245,8 @@ def fit_head(
     compare_train_concepts : bool
         Also fit every head on the other available sources (metrics only, not saved), for the
         table "heads by training concepts".
+    ferl_settings : {"concepts", "learner"}
+        The FERL heads' learner settings (:data:`cbm.heads.models.CONCEPT_SETTINGS`).
 
     Returns
     -------
@@ -253,8 +259,8 @@ def fit_head(
         A concept table is missing.
     ValueError
         Invalid tables (split, row and concept named), names that differ between tables, test
-        classes unseen in train outside an open-world run, an unknown head, a ``metrics.json`` or
-        ``config.yaml`` that cannot be read (checked before anything is fitted).
+        classes unseen in train outside an open-world run, an unknown head or ``ferl_settings``, a
+        ``metrics.json`` or ``config.yaml`` that cannot be read (checked before anything is fitted).
     ferl.persist.FolderBusyError
         Another process is writing ``out``.
     OSError
@@ -265,6 +271,8 @@ def fit_head(
         raise FileNotFoundError(f"{concepts} is not a folder: give a run directory made by train-detector "
                                 "(holding concepts/{train,val,test}.npz) or a concepts/ folder")
     names = _resolve_heads(list(heads))
+    if ferl_settings not in FERL_SETTINGS:
+        raise ValueError(f"ferl_settings must be one of {list(FERL_SETTINGS)}, got {ferl_settings!r}")
     with folder_lock(out):
         metrics_path = out / "metrics.json"
         doc = _read_metrics(metrics_path)
@@ -303,7 +311,7 @@ def fit_head(
             for source in sources:
                 compared[source], heads_of = _fit_heads(
                     names, train_inputs(source, train, crossfit, calibrator), X_val, X_test, y_train, y_test,
-                    concept_names, seed, source)
+                    concept_names, seed, source, ferl_settings)
                 if source == main:
                     fitted = heads_of
             results = compared[main]
@@ -318,7 +326,7 @@ def fit_head(
                 "calibration": {**_calibration_summary(tables, inputs["calibrated"]),
                                 "map_kinds": dict(Counter(calibrator.kinds_)),
                                 "constant_maps": calibrator.constant_maps()},
-                "heads": results, "train_concepts": main,
+                "heads": results, "train_concepts": main, "ferl_settings": ferl_settings,
                 "train_concepts_compared": {
                     src: {h: {k: {m: r[h][k][m] for m in ("accuracy", "aurc", "ece")} for k in INPUTS}
                           for h in names}
@@ -359,6 +367,8 @@ def fit_head_parser() -> ArgumentParser:
                              "concepts/train_crossfit.npz, else in-sample; 'independent' = true concepts")
     parser.add_argument("--compare-train-concepts", type=bool, default=True,
                         help="also fit the heads on the other training-concept sources (reported only)")
+    parser.add_argument("--ferl-settings", type=Literal["concepts", "learner"], default="concepts",
+                        help="FERL heads: the concept-vector settings over the preset, or the preset alone")
     add_threads_argument(parser)
     return parser
 
@@ -383,7 +393,7 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
         set_threads(cfg.threads)
         return fit_head(cfg.run or cfg.concepts, out, heads=[h.strip() for h in heads], seed=cfg.seed,
                         dataset=cfg.dataset, open_world=cfg.open_world, train_concepts=cfg.train_concepts,
-                        compare_train_concepts=cfg.compare_train_concepts)
+                        compare_train_concepts=cfg.compare_train_concepts, ferl_settings=cfg.ferl_settings)
 
     console_main("fit-head", job)
     print((out / "tables" / "heads.md").read_text())

@@ -20,14 +20,54 @@ from ferl import FERLClassifier
 from ferl.metrics import fit_acceptance_threshold
 from ferl.persist import atomic_write_bytes, read_model, write_model
 
-__all__ = ["CARTHead", "FERLHead", "LRHead", "RestrictedLRHead"]
+__all__ = ["CARTHead", "CONCEPT_SETTINGS", "FERLHead", "FERL_SETTINGS", "LRHead", "RestrictedLRHead"]
 
 #: File of a CART head's estimator (`skops.io` format).
 CART_FILE = "model.skops"
 
+#: What a FERL head's learner settings may be: ``"learner"`` (the preset alone, as on tabular data;
+#: the head's default) or ``"concepts"`` (`CONCEPT_SETTINGS` over the preset; ``fit-head``'s default).
+FERL_SETTINGS = ("concepts", "learner")
+
+#: `FERLClassifier` parameters of the FERL heads on concept vectors (``settings="concepts"``; ``fit-head
+#: --ferl-settings``, default ``concepts``), by variant; beyond the paper. Why: on noisy, near-binary concept
+#: probabilities every bootstrap resample finds its cut in the same gap between the two clusters, so the
+#: learned half-width ``gamma * MAD`` is 0 and every band is the ``min_width`` floor (all 200 cuts of
+#: FERL-deep on CUB-50: half-widths 0.05 at the 10th and 90th percentiles): the tree routes crisply, and one
+#: wrong concept sends an image down the wrong branch. Half-widths of half the concept's spread
+#: (``min_width=0.5``, about 0.5 on probabilities) route an image softly down both branches of an uncertain
+#: concept; the softer leaves then need ``min_samples_leaf=1`` and a larger budget (8 rules per class) to
+#: grow. Chosen by 5-fold cross-validation on the *train* split of CUB-50 (frozen Lite0, cross-fitted,
+#: calibrated concepts; 1,200 images, 50 classes; val and test not read), ``python
+#: scripts/bench_concept_heads.py runs/cub50_lite0``, mean accuracy (fold std): FERL-deep preset 51.8 (3.8);
+#: ``min_width`` 0.1 / 0.2 / 0.3 / 0.5 / 0.7: 52.0 / 57.0 / 60.1 / 61.1 / 61.1; with ``min_samples_leaf=1``
+#: and 4 / 8 / 16 rules per class, at 0.4: 61.1 / 62.7 / 62.7, at 0.5: 61.3 / 63.8 / 64.4, at 0.6: 60.7 / 63.0
+#: / 63.4 (``--seeds 1 2``: preset 53.0, chosen 63.6, 16 per class 63.5); CART 55.5 (3.3), LR 69.5 (3.1).
+#: Changed nothing: Laplace smoothing of the leaf distributions (-0.1 to -1.1), a firing-weighted mixture of
+#: the leaf distributions instead of Dempster's rule (+0.1), ``width_factor`` 0.25-4 (within 1). **The cost is
+#: in the credal read-out**: Dempster's rule over the many partly fired leaves of a soft route leaves a large
+#: m(Theta) even where the leaves agree (mean ignorance 0.07 -> 0.39), so the sets widen: abstention 6.5 -> 68
+#: %, u65 50.4 -> 31.0 (same CV); narrower bands trade accuracy for sets (0.3: 60.8 %, u65 45.1). Medium keeps
+#: its preset: 0.5 gave +1.6 / +0.5 accuracy (CV seeds 0 / 1-2, within the fold std) for u65 49.1 -> 30.0.
+#: Compact keeps its fixed partitions. The learner's defaults stay those chosen on the 30 KEEL sets
+#: (`ferl.presets`). The other jobs (``evaluate-openworld``, the independent heads of
+#: ``evaluate-interventions``) keep the preset (the head's default) until they are re-measured: on the open
+#: world (CUB-50, 5 folds of seed 0, ``scripts/bench_concept_heads.py --openworld``) the concept settings
+#: change the OOD AUROC of the residual 61.7 -> 52.1 and of the ignorance 52.9 -> 69.2 (kNN 69.2); the soft
+#: routes reach nearly every tested concept, so the interventions' ``evidence`` policy finds few groups that
+#: no fired rule tests.
+CONCEPT_SETTINGS: dict[str, dict] = {
+    "compact": {},
+    "medium": {},
+    "deep": {"min_width": 0.5, "min_samples_leaf": 1, "rules_per_class": 8.0},
+}
+
 
 class FERLHead(ConceptHead):
     """FERL rule tree head; ``variant`` is ``"compact"``, ``"medium"`` or ``"deep"``.
+
+    ``settings`` (`FERL_SETTINGS`): ``"learner"`` (default) fits the variant's preset alone;
+    ``"concepts"`` adds the concept-vector settings `CONCEPT_SETTINGS` (``fit-head``'s default).
 
     ``ood_threshold_`` (None until `fit_ood_threshold`, saved in ``head.json``) is the run's novelty
     threshold: ``{"kind", "accept", "value", "fitted_on", "n"}``; an input whose OOD score of that
@@ -44,13 +84,17 @@ class FERLHead(ConceptHead):
 
     kind = "ferl"
 
-    def __init__(self, name: str, seed: int = 0, variant: str = "deep") -> None:
+    def __init__(self, name: str, seed: int = 0, variant: str = "deep", settings: str = "learner") -> None:
         super().__init__(name, seed)
+        if settings not in FERL_SETTINGS:
+            raise ValueError(f"FERL head settings must be one of {list(FERL_SETTINGS)}, got {settings!r}")
         self.variant = variant
+        self.settings = settings
         self.ood_threshold_: dict | None = None
 
     def _fit(self, X, y):
-        self.model_ = FERLClassifier(variant=self.variant, random_state=self.seed)
+        params = CONCEPT_SETTINGS[self.variant] if self.settings == "concepts" else {}
+        self.model_ = FERLClassifier(variant=self.variant, random_state=self.seed, **params)
         self.model_.fit(X, y, feature_names=self.concept_names_)
 
     def predict_set(self, X: np.ndarray, concept_names: Sequence[str] | None = None) -> np.ndarray:
@@ -98,10 +142,11 @@ class FERLHead(ConceptHead):
 
     def _save_model(self, path):
         self.model_.save(path)
-        return {"variant": self.variant, "ood_threshold": self.ood_threshold_}
+        return {"variant": self.variant, "settings": self.settings, "ood_threshold": self.ood_threshold_}
 
     def _load_model(self, path, doc):
         self.variant = doc["variant"]
+        self.settings = doc.get("settings", "learner")  # heads saved before it existed used the preset
         self.ood_threshold_ = doc.get("ood_threshold")  # absent in heads saved before it existed
         self.model_ = FERLClassifier.load(path)
 

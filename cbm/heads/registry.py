@@ -5,7 +5,10 @@ name               model
 =================  =====================================================================
 ``ferl-compact``   ``FERLClassifier(variant="compact")``
 ``ferl-medium``    ``FERLClassifier(variant="medium")``
-``ferl-deep``      ``FERLClassifier(variant="deep")``
+``ferl-deep``      ``FERLClassifier(variant="deep")``; with the FERL heads' option
+                   ``settings="concepts"`` (``fit-head``'s default) ``min_width=0.5,
+                   min_samples_leaf=1, rules_per_class=8`` over the preset
+                   (`cbm.heads.models.CONCEPT_SETTINGS`)
 ``cart``           ``DecisionTreeClassifier(random_state=seed)`` (scikit-learn defaults)
 ``cart-compact``   the same CART grown best-first to ``max_leaf_nodes`` leaves: as many as
                    the FERL-compact head has rules (fitted with it), compact's same-size
@@ -32,9 +35,9 @@ __all__ = ["HEADS", "load_head", "make_head"]
 
 #: Registry: head name -> factory ``(seed, **options) -> ConceptHead``.
 HEADS: dict[str, Callable[..., ConceptHead]] = {
-    "ferl-compact": lambda seed=0: FERLHead("ferl-compact", seed, "compact"),
-    "ferl-medium": lambda seed=0: FERLHead("ferl-medium", seed, "medium"),
-    "ferl-deep": lambda seed=0: FERLHead("ferl-deep", seed, "deep"),
+    "ferl-compact": lambda seed=0, settings="learner": FERLHead("ferl-compact", seed, "compact", settings),
+    "ferl-medium": lambda seed=0, settings="learner": FERLHead("ferl-medium", seed, "medium", settings),
+    "ferl-deep": lambda seed=0, settings="learner": FERLHead("ferl-deep", seed, "deep", settings),
     "cart": lambda seed=0: CARTHead("cart", seed),
     "cart-compact": lambda seed=0, max_leaf_nodes=None: CARTHead("cart-compact", seed, max_leaf_nodes,
                                                                     sized=True),

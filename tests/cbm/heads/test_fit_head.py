@@ -178,6 +178,13 @@ def test_cli_argument_errors(tmp_path):
         fit_head_main(["--run", str(tmp_path / "nowhere")])
 
 
+def test_unknown_ferl_settings_stop_before_anything_is_written(tmp_path):
+    run = _write_tables(tmp_path / "run")
+    with pytest.raises(ValueError, match="ferl_settings must be one of"):
+        fit_head(run, run, heads=["ferl-deep"], ferl_settings="tabular")
+    assert not (run / "head").exists()
+
+
 def test_default_config_parses():
     config = Path(__file__).resolve().parents[3] / "configs" / "head" / "default.yaml"
     cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r", "--heads", "lr,cart"])
@@ -185,6 +192,7 @@ def test_default_config_parses():
     cfg = fit_head_parser().parse_args(["--config", str(config), "--run", "r"])
     assert cfg.heads == ["ferl-compact", "ferl-medium", "ferl-deep", "cart", "cart-compact", "lr",
                          "lr-restricted"]
+    assert cfg.ferl_settings == "concepts"
 
 
 # ----------------------------------------------------------------------------- robustness (issue 18)
