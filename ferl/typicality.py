@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+from ferl._blas import one_blas_thread
 from ferl._firing import Firing
 from ferl._leaf_fit import fit_kernel
 from ferl._leaf_paths import cross_fitted_path_residual
@@ -152,7 +153,8 @@ class LeafGaussians:
     SAVED_FIELDS = ("center", "scale", "leaves", "mean", "cov", "reliability")
 
     def __post_init__(self) -> None:
-        self.whiten, self.half_share = _whitening(self.cov)
+        with one_blas_thread():
+            self.whiten, self.half_share = _whitening(self.cov)
         self.whiten_t = np.ascontiguousarray(np.swapaxes(self.whiten, 1, 2))
 
 
@@ -242,7 +244,8 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     center, scale = _standardisation(X, sw)
     U = standardise(X, center, scale)
     W = tree.sparse_firing(X, False, np.ones(tree.n_nodes)) if firing is None else firing
-    mean, cov, values, weights = _fit_nodes(tree, U, W, sw)
+    with one_blas_thread():
+        mean, cov, values, weights = _fit_nodes(tree, U, W, sw)
     d = X.shape[1]
     free = ~tree.path_mask(d)
     residual = cross_fitted_path_residual(
@@ -352,8 +355,9 @@ def leaf_terms(model: LeafGaussians, U: np.ndarray, phi0: np.ndarray):
     nll : ndarray of shape (n, L), float64 >= 0
         ``nll_l(x)`` where ``phi0_l(x) > 0``, else 0.
     """
-    return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten,
-                        model.whiten_t, model.half_share, model.half_share.sum(axis=1), BLAS_ROWS)
+    with one_blas_thread():
+        return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten,
+                            model.whiten_t, model.half_share, model.half_share.sum(axis=1), BLAS_ROWS)
 
 
 def reliability(model: LeafGaussians, score: np.ndarray) -> np.ndarray:

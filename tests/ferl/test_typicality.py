@@ -340,3 +340,26 @@ def test_discounted_evidence_keeps_the_algebra_on_fitted_models(seed, variant, s
     t, g = clf.tree_, clf.leaf_gaussians_
     score = leaf_typicality(t, g, Z, t.sparse_firing(Z, False, np.ones(t.n_nodes)))
     assert np.isfinite(score).all() and (score >= 0).all()
+
+
+def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypatch, correlated):
+    """OpenBLAS's thread pool doubled the leaf Gaussians' CPU time (`ferl._blas`): their BLAS calls
+    run on one thread, and the pool's size is back afterwards."""
+    from threadpoolctl import threadpool_info
+
+    import ferl.typicality as typ
+    from ferl._blas import one_blas_thread
+
+    def blas_threads():
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    before = blas_threads()
+    seen = []
+    kernel = typ._leaf_kernel
+    monkeypatch.setattr(typ, "_leaf_kernel", lambda *a: (seen.append(blas_threads()), kernel(*a))[1])
+    clf, X, _ = correlated
+    clf.ood_score(X[:20])
+    assert seen and all(n == 1 for n in seen[0])
+    with one_blas_thread():
+        assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
