@@ -11,7 +11,30 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["fit_kernel"]
+__all__ = ["depth_first", "fit_kernel"]
+
+
+@njit(cache=True)
+def depth_first(feature, left, right):
+    """The nodes in depth-first order, left child first (pre-order: a parent before its subtree),
+    int64 array of shape (n_nodes,); ``feature < 0`` marks a leaf. The order of the cross-fitted
+    values of `fit_kernel` and of ``ferl._leaf_paths.cross_fitted_path_residual``."""
+    n_nodes = feature.shape[0]
+    order = np.empty(n_nodes, dtype=np.int64)
+    stack = np.empty(n_nodes, dtype=np.int64)
+    stack[0] = 0
+    top = 1
+    m = 0
+    while top > 0:
+        top -= 1
+        o = stack[top]
+        order[m] = o
+        m += 1
+        if feature[o] >= 0:
+            stack[top] = right[o]
+            stack[top + 1] = left[o]
+            top += 2
+    return order[:m]
 
 
 @njit(cache=True)
@@ -161,12 +184,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     chol = np.empty((n_folds, d, d))
     half_logdet = np.empty(n_folds)
     v = np.empty(d)
-    stack = np.empty(n_nodes, dtype=np.int64)
-    stack[0] = 0
-    top = 1
-    while top > 0:
-        top -= 1
-        o = stack[top]
+    for o in depth_first(feature, left, right):
         t = depth[o] + 1  # this node's slot; its parent's is t - 1
         kappa = kappa_d if o else 0.0
         entries = np.arange(start[o], start[o] + count[o])
@@ -196,9 +214,6 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
                 v[f] = node_mean[f] + shift[f]
             _shrunk(out0, v, S, bm[t - 1, 1 + k], bc[t - 1, 1 + k], kappa, bm[t, 1 + k], bc[t, 1 + k])
         if feature[o] >= 0:
-            stack[top] = right[o]
-            stack[top + 1] = left[o]
-            top += 2
             continue
         j = leaf_index[o]
         leaf_mean[j] = bm[t, 0]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ferl._leaf_fit import depth_first
+
 __all__ = ["path_residual", "cross_fitted_path_residual"]
 
 
@@ -133,16 +135,8 @@ def cross_fitted_path_residual(U, sw, start, count, rows, phi0, feature, left, r
             n_values += count[o]
     values = np.empty(n_values)
     m = 0
-    stack = np.empty(n_nodes, dtype=np.int64)
-    stack[0] = 0
-    top = 1
-    while top > 0:
-        top -= 1
-        o = stack[top]
+    for o in depth_first(feature, left, right):
         if feature[o] >= 0:
-            stack[top] = right[o]
-            stack[top + 1] = left[o]
-            top += 2
             continue
         for e in range(start[o], start[o] + count[o]):
             r = rows[e]
