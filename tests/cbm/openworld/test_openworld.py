@@ -186,10 +186,10 @@ def test_attribute_naming_end_to_end_with_the_shipped_synthetic_config(tmp_path)
     3-seed report gives precision@3 0.642 +- 0.034.
 
     Since FERL grows by information gain (entropy, chosen on the KEEL sets and needed against the
-    chain collapse on many-class concepts) precision@3 is 0.5875 here: the issue-14 regression,
-    measured on seed 0 folds 0-1 with ``scripts/bench_openworld_novelty.py`` as image-level
-    precision@3 58.9 (entropy) vs 72.9 (gain="gini"). The bound is 0.55 (chance + 0.15) until the
-    naming is recovered under the entropy-grown trees."""
+    chain collapse on many-class concepts) precision@3 fell to 0.5875 here (issue 14). Sharing the
+    nll's leaf term by the residual of the shallow nodes (`ferl.novelty.NAMING_DEPTH`) brought it
+    back: precision@3 0.641 (per fold 0.771, 0.542, 0.701, 0.552, 0.639), against each image's own
+    concepts 0.661; the bound is 0.6 again."""
     cfg = yaml.safe_load((REPO / "configs" / "openworld" / "synthetic.yaml").read_text())
     run = ow.run_openworld(cfg["detector"], tmp_path / "out", name="synthetic", seeds=[0],
                            settings=EvalSettings(ferl_kinds=("residual",), baselines=("knn",), top_k=(1, 3),
@@ -197,9 +197,9 @@ def test_attribute_naming_end_to_end_with_the_shipped_synthetic_config(tmp_path)
     assert len(run["results"]) == 5
     naming = [r["heads"]["ferl-deep"]["naming"] for r in run["results"]]
     p3, chance = np.mean([n["precision@3"] for n in naming]), np.mean([n["chance"] for n in naming])
-    assert p3 >= 0.55 and p3 >= chance + 0.15
+    assert p3 >= 0.6 and p3 >= chance + 0.15
     p3_image = np.mean([n["image_precision@3"] for n in naming])  # against each image's own concepts
-    assert p3_image >= 0.55 and p3_image >= np.mean([n["image_chance"] for n in naming]) + 0.15
+    assert p3_image >= 0.6 and p3_image >= np.mean([n["image_chance"] for n in naming]) + 0.15
     auroc = {d: np.mean([r["ood"][d]["auroc"] for r in run["results"]])
              for d in ("ferl-deep:residual", "knn")}
     assert auroc["ferl-deep:residual"] >= 0.85 and auroc["knn"] >= 0.85
