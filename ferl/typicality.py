@@ -131,10 +131,9 @@ class LeafGaussians:
     reliability : ndarray of shape (2,), float64
         ``(tau, lambda)`` of the reliability, in the units of the leaf typicality score (nats per
         feature), ``lambda > 0``.
-    whiten : ndarray of shape (L, d, d), float64
-        ZCA-cor whitening matrices (derived from ``cov``, not saved).
     whiten_t : ndarray of shape (L, d, d), float64
-        ``whiten`` transposed, C-contiguous (the read-out's right operand; derived, not saved).
+        The ZCA-cor whitening matrices, transposed (C-contiguous: the read-out's right operand;
+        derived from ``cov``, not saved).
     half_share : ndarray of shape (L, d), float64 >= 0
         Each feature's share of ``logdet(Sigma_l / RIDGE) / 2`` (derived, not saved).
     """
@@ -145,7 +144,6 @@ class LeafGaussians:
     mean: np.ndarray
     cov: np.ndarray
     reliability: np.ndarray
-    whiten: np.ndarray = field(init=False, repr=False)
     whiten_t: np.ndarray = field(init=False, repr=False)
     half_share: np.ndarray = field(init=False, repr=False)
 
@@ -154,24 +152,24 @@ class LeafGaussians:
 
     def __post_init__(self) -> None:
         with one_blas_thread():
-            self.whiten, self.half_share = _whitening(self.cov)
-        self.whiten_t = np.ascontiguousarray(np.swapaxes(self.whiten, 1, 2))
+            self.whiten_t, self.half_share = _whitening(self.cov)
 
 
 def _whitening(cov: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """ZCA-cor whitening ``R^{-1/2} V^{-1/2}`` and per-feature log-det shares of each covariance
+    """ZCA-cor whitening ``R^{-1/2} V^{-1/2}``, transposed, and per-feature log-det shares of each covariance
     (all leaves in one batched eigendecomposition)."""
     v = np.diagonal(cov, axis1=1, axis2=2)
     inv_sd = 1.0 / np.sqrt(v)
     corr = cov * inv_sd[:, :, None] * inv_sd[:, None, :]
     lam, vec = np.linalg.eigh(corr)
     lam = np.maximum(lam, np.finfo(np.float64).tiny)
-    whiten = (vec / np.sqrt(lam)[:, None, :]) @ np.swapaxes(vec, 1, 2) * inv_sd[:, None, :]
+    # (R^{-1/2} V^{-1/2})^T = V^{-1/2} R^{-1/2}: R^{-1/2} with its rows scaled
+    whiten_t = (vec / np.sqrt(lam)[:, None, :]) @ np.swapaxes(vec, 1, 2) * inv_sd[:, :, None]
     t = np.maximum(np.log(v / RIDGE), 0.0)
     total = t.sum(axis=1)
     logdet = np.clip(total + np.log(lam).sum(axis=1), 0.0, total)
     share = np.divide(logdet, total, out=np.zeros_like(total), where=total > 0)
-    return whiten, 0.5 * t * share[:, None]
+    return whiten_t, 0.5 * t * share[:, None]
 
 
 def _folds(sw: np.ndarray) -> np.ndarray:
@@ -282,7 +280,7 @@ def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 @njit(cache=True)
-def _leaf_kernel(U, phi0, mean, whiten, whiten_t, half_share, half_logdet, block):
+def _leaf_kernel(U, phi0, mean, whiten_t, half_share, half_logdet, block):
     """Leaf by leaf: the rows the leaf reaches, whitened in one matrix product (BLAS) when they are
     at least ``block``, else row by row (a BLAS call costs more than a few small rows)."""
     n, d = U.shape
@@ -320,7 +318,7 @@ def _leaf_kernel(U, phi0, mean, whiten, whiten_t, half_share, half_logdet, block
                 for f in range(d):
                     acc = 0.0
                     for g in range(d):
-                        acc += whiten[j, f, g] * V[a, g]
+                        acc += V[a, g] * whiten_t[j, g, f]
                     Wm[a, f] = acc
         for a in range(k):
             i = idx[ptr[j] + a]
@@ -356,8 +354,8 @@ def leaf_terms(model: LeafGaussians, U: np.ndarray, phi0: np.ndarray):
         ``nll_l(x)`` where ``phi0_l(x) > 0``, else 0.
     """
     with one_blas_thread():
-        return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten,
-                            model.whiten_t, model.half_share, model.half_share.sum(axis=1), BLAS_ROWS)
+        return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten_t,
+                            model.half_share, model.half_share.sum(axis=1), BLAS_ROWS)
 
 
 def reliability(model: LeafGaussians, score: np.ndarray) -> np.ndarray:

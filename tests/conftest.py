@@ -3,6 +3,7 @@ file-system step (the crash tests of ferl.persist and the jobs that use it) or s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -100,7 +101,34 @@ class Child:
             os._exit(code)
 
 
+    @staticmethod
+    @contextlib.contextmanager
+    def holding_lock(folder: Path):
+        """Inside the block another process holds ``ferl.persist.folder_lock(folder)`` (taken before
+        the block starts, released when it ends)."""
+        from ferl.persist import folder_lock
+
+        ready, stop = os.pipe(), os.pipe()
+
+        def hold():
+            with folder_lock(folder):
+                os.write(ready[1], b"1")
+                os.read(stop[0], 1)
+
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the other writer
+            Child.run(hold)
+            os._exit(0)
+        os.read(ready[0], 1)
+        try:
+            yield
+        finally:
+            os.write(stop[1], b"1")
+            os.waitpid(pid, 0)
+
+
 @pytest.fixture
 def child() -> Child:
-    """See `Child`: ``child.run(fn, kill_at=k)``, ``child.count_steps(monkeypatch, fn)``."""
+    """See `Child`: ``child.run(fn, kill_at=k)``, ``child.count_steps(monkeypatch, fn)``,
+    ``with child.holding_lock(folder): ...``."""
     return Child()

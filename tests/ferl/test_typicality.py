@@ -313,8 +313,7 @@ def test_the_leaf_read_out_is_the_same_row_by_row_and_in_blas_blocks(correlated)
     g = clf.leaf_gaussians_
     U = standardise(X[:60], g.center, g.scale)
     phi0 = clf.tree_.firing(X[:60], False, np.ones(clf.tree_.n_nodes))[0][:, g.leaves]
-    args = (U, np.ascontiguousarray(phi0), g.mean, g.whiten, g.whiten_t, g.half_share,
-            g.half_share.sum(axis=1))
+    args = (U, np.ascontiguousarray(phi0), g.mean, g.whiten_t, g.half_share, g.half_share.sum(axis=1))
     by_row, by_block = _leaf_kernel(*args, 10**9), _leaf_kernel(*args, 1)
     assert (phi0 > 0).sum(axis=0).max() >= 8  # some leaf takes the BLAS path by default
     for a, b in zip(by_row, by_block, strict=True):

@@ -11,7 +11,6 @@ import pytest
 from PIL import Image
 
 from cbm.detector.cli import train_detector_main
-from ferl.persist import folder_lock
 
 REPO = Path(__file__).resolve().parents[3]
 #: The issue's command on the shipped synthetic config (there: 120 training images in batches of 7),
@@ -86,25 +85,10 @@ def test_a_corrupt_jpeg_in_an_epoch_is_one_error_line(tmp_path, awa2_writer):
 
 def test_a_run_directory_another_job_writes_is_refused(tmp_path, child):
     run = tmp_path / "r"
-    ready, stop = os.pipe(), os.pipe()
-
-    def hold():
-        with folder_lock(run):
-            os.write(ready[1], b"1")
-            os.read(stop[0], 1)
-
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the other job
-        child.run(hold)
-        os._exit(0)
-    os.read(ready[0], 1)
-    try:
+    with child.holding_lock(run):
         with pytest.raises(SystemExit, match=rf"^train-detector: error: {run} is being written by another "
                                              rf"process \(pid \d+, `.*`, since "):
             train_detector_main([*ISSUE_ARGS, "--run-dir", str(run)])
-    finally:
-        os.write(stop[1], b"1")
-        os.waitpid(pid, 0)
     assert not (run / "config.yaml").exists()
 
 

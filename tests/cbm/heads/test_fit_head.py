@@ -242,24 +242,9 @@ def test_a_second_fit_head_on_one_folder_is_refused(tmp_path, child):
     run = _write_tables(tmp_path / "run")
     fit_head(run, run, heads=["lr"], seed=0)
     before = _snapshot(run)
-    ready, stop = os.pipe(), os.pipe()
-
-    def hold():
-        with folder_lock(run):
-            os.write(ready[1], b"1")
-            os.read(stop[0], 1)
-
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the other writer
-        child.run(hold)
-        os._exit(0)
-    os.read(ready[0], 1)
-    try:
+    with child.holding_lock(run):
         with pytest.raises(SystemExit, match=r"^fit-head: error: .*run is being written by another process"):
             fit_head_main(["--run", str(run), "--heads", "lr", "--seed", "1"])
-    finally:
-        os.write(stop[1], b"1")
-        os.waitpid(pid, 0)
     assert _snapshot(run) == before
 
 
