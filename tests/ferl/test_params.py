@@ -57,6 +57,21 @@ def test_ccp_alpha_without_pruning_is_refused_not_ignored(iris, params, match):
         FERLClassifier("deep", random_state=0).fit(*iris).n_rules_
 
 
+def test_compact_keeps_its_rules_on_many_balanced_classes():
+    """Issue 15 item 3: at the preset's ccp_alpha 0.005, a rule isolating one of 240 balanced classes
+    saves at most 1/240 < 0.005 of the training error, so pruning undid every split (1 rule). The
+    preset's alpha is capped at 1 / (2 C); an explicit ccp_alpha stays exact."""
+    rng = np.random.default_rng(0)
+    n_classes, per_class, d = 240, 10, 40
+    signature = rng.random((n_classes, d)) < 0.5
+    y = np.repeat(np.arange(n_classes), per_class)
+    X = np.clip(signature[y] + rng.normal(0, 0.1, (y.size, d)), 0, 1)
+    capped = FERLClassifier("compact", random_state=0).fit(X, y)
+    assert capped.n_rules_ == 15
+    assert capped.score(X, y) > 10 / n_classes
+    assert FERLClassifier("compact", ccp_alpha=0.005, random_state=0).fit(X, y).n_rules_ == 1
+
+
 @pytest.mark.parametrize("params", [
     dict(variant="compact", max_rules=2, max_depth=np.int64(3), width_factor=1, min_gain=0,
          min_samples_leaf=0.1, prune=np.bool_(False), random_state=2**32 - 1),
