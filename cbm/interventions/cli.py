@@ -39,7 +39,7 @@ def interventions_parser() -> ArgumentParser:
     p.add_argument("--run", type=str, nargs="+", required=True,
                    help="run directories (train-detector + fit-head) or evaluate-openworld output folders")
     p.add_argument("--out", type=str | None, default=None,
-                   help="folder of the combined results of several runs")
+                   help="folder of the combined results (needed for several runs; one run: a copy)")
     p.add_argument("--title", type=str, default="Concept interventions", help="report title")
     p.add_argument("--heads", type=str, nargs="+", default=list(_DEFAULTS.heads), help=f"of {list(HEADS)}")
     p.add_argument("--fits", type=str, nargs="+", default=list(_DEFAULTS.fits), help=f"of {list(FITS)}")

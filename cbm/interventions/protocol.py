@@ -201,8 +201,9 @@ def evaluate_interventions(runs: Sequence[str | os.PathLike], settings: Interven
         Run directories or evaluate-openworld output folders (each fold is a run).
     settings : InterventionSettings, optional
     out : path-like, optional
-        Folder of the combined results (mean ± std over every run); required for several runs,
-        else the run's ``interventions/`` folder (or the open-world folder's).
+        Folder of the combined results (mean ± std over every run); required for several runs.
+        Each run's own results always go to its ``interventions/`` folder (an open-world folder's
+        combined ones to its own); with one run and ``out``, ``out`` gets them too.
     title : str
         Title of the Markdown report.
 
@@ -236,6 +237,6 @@ def evaluate_interventions(runs: Sequence[str | os.PathLike], settings: Interven
     rows = {s: int(sum(i["rows"].get(s, 0) for i in infos)) for s in settings.splits}
     info = {"title": title, "runs": list(dict.fromkeys(frame["run"])), "settings": settings.to_dict(),
             **{k: v for k, v in infos[0].items() if k != "rows"}, "rows": rows}
-    if len(found) > 1:
+    if len(found) > 1 or out is not None:  # one run with --out: its own files and a copy in out
         files = _write(Path(out) if out is not None else Path(runs[0]) / OUT_DIR, frame, truth, info)
     return {"frame": frame, "truth": truth, "files": files, "info": info}

@@ -100,6 +100,11 @@ def test_the_console_script_reports_bad_input(tiny_run, tmp_path, capsys):
     assert "Test accuracy" in capsys.readouterr().out
     frame = pd.read_csv(tmp_path / "both" / "curves.csv")
     assert sorted(frame["k"].unique()) == [0, 1, 3, 7] and frame["run"].nunique() == 1
+    # one run with --out: the results go there too (they were written only inside the run)
+    evaluate_interventions_main(["--run", str(tiny_run), "--out", str(tmp_path / "one"), "--heads", "lr",
+                                 "--fits", "independent", "--splits", "test", "--max-rows", "10"])
+    assert pd.read_csv(tmp_path / "one" / "curves.csv")["head"].unique().tolist() == ["lr"]
+    assert (tiny_run / "interventions" / "curves.csv").is_file()
 
 
 def test_an_open_world_folder_counts_each_fold_as_a_run(tiny_run, tmp_path):
