@@ -205,8 +205,7 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
             metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
             fitted[name, kind] = head
             results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
-            log.info("%s (%s, %s train concepts): test accuracy %.4f", name, kind, source,
-                     metrics["accuracy"])
+            log.info("%s (%s, %s train concepts): accuracy %.4f", name, kind, source, metrics["accuracy"])
     return results, fitted
 
 
@@ -259,7 +258,7 @@ def fit_head(
         A concept table is missing.
     ValueError
         Invalid tables (split, row and concept named), names that differ between tables, test
-        classes unseen in train outside an open-world run, an unknown head or ``ferl_settings``, a
+        classes unseen in train outside an open-world run, an unknown head, ``ferl_settings`` or ``seed``, a
         ``metrics.json`` or ``config.yaml`` that cannot be read (checked before anything is fitted).
     ferl.persist.FolderBusyError
         Another process is writing ``out``.
@@ -273,6 +272,8 @@ def fit_head(
     names = _resolve_heads(list(heads))
     if ferl_settings not in FERL_SETTINGS:
         raise ValueError(f"ferl_settings must be one of {list(FERL_SETTINGS)}, got {ferl_settings!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}")  # before any fit
     with folder_lock(out):
         metrics_path = out / "metrics.json"
         doc = _read_metrics(metrics_path)

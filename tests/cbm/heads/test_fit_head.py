@@ -182,7 +182,9 @@ def test_unknown_ferl_settings_stop_before_anything_is_written(tmp_path):
     run = _write_tables(tmp_path / "run")
     with pytest.raises(ValueError, match="ferl_settings must be one of"):
         fit_head(run, run, heads=["ferl-deep"], ferl_settings="tabular")
-    assert not (run / "head").exists()
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32 - 1\], got -1"):
+        fit_head(run, run, heads=["lr"], seed=-1)  # it failed late, in the first FERL head's fit
+    assert not (run / "head").exists() and not (run / "calibration.json").exists()
 
 
 def test_default_config_parses():
