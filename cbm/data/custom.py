@@ -49,8 +49,12 @@ CUSTOM_LAYOUT = """\
 
 def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Header and (line number, fields) of the non-empty rows; whitespace around fields removed."""
-    with open(path, newline="", encoding="utf-8-sig") as fh:
-        lines = [(n, [f.strip() for f in row]) for n, row in enumerate(csv.reader(fh), 1) if any(row)]
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            lines = [(n, [f.strip() for f in row]) for n, row in enumerate(csv.reader(fh), 1) if any(row)]
+    except UnicodeDecodeError as err:
+        raise DataFormatError(f"{path} is not UTF-8 text (byte {err.object[err.start]:#04x} is not UTF-8): "
+                              "save it as UTF-8 (\"CSV UTF-8\" in a spreadsheet)") from err
     if not lines:
         raise DataFormatError(f"{path} is empty")
     (_, header), rows = lines[0], lines[1:]

@@ -105,6 +105,14 @@ def test_bad_concepts_csv_names_file_line_and_column(tmp_path, csv, message):
         load_custom(tmp_path)
 
 
+def test_a_concepts_csv_that_is_not_utf8_is_named(tmp_path):
+    for c in ("a", "b"):
+        _image(tmp_path / "images" / c / "0.png")
+    (tmp_path / "concepts.csv").write_bytes("class,crème\na,1\nb,0\n".encode("latin-1"))
+    with pytest.raises(DataFormatError, match=r"concepts.csv is not UTF-8 text \(byte 0xe8 .* as UTF-8"):
+        load_custom(tmp_path)  # it was a bare UnicodeDecodeError without the file's name
+
+
 def test_layout_problems_are_named(tmp_path):
     with pytest.raises(DatasetLayoutError, match="none of these folders holds concepts.csv"):
         load_custom(tmp_path)
