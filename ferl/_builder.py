@@ -81,14 +81,21 @@ def _class_distribution(y, w, n_classes):
 _SPREAD_PERCENTILES = (1.0, 99.0)
 
 
-def _feature_spread(xt: np.ndarray) -> np.ndarray:
-    """Distance between each row's (feature's) 1st and 99th percentiles, or its range where they tie.
+def _feature_spread(xt: np.ndarray, positive: np.ndarray) -> np.ndarray:
+    """Distance between each feature's (row's) 1st and 99th percentiles over the ``positive`` rows,
+    or its range where they tie.
 
     The unit of the minimum half-width of learned splits: on a skewed feature (most values near 0,
     a few far outliers) a fraction of the range would put nearly every sample inside one band.
+    One feature at a time, so that the copy the percentiles sort is one feature's.
     """
-    lo, hi = np.percentile(xt, _SPREAD_PERCENTILES, axis=1)
-    return np.where(hi > lo, hi - lo, xt.max(axis=1) - xt.min(axis=1))
+    every = positive.size == xt.shape[1]
+    spread = np.empty(xt.shape[0])
+    for f in range(xt.shape[0]):
+        values = xt[f] if every else xt[f, positive]
+        lo, hi = np.percentile(values, _SPREAD_PERCENTILES)
+        spread[f] = hi - lo if hi > lo else values.max() - values.min()
+    return spread
 
 
 def _may_split(tree: FuzzyTree, node: int, settings: GrowthSettings) -> bool:
@@ -124,12 +131,26 @@ def _child_limits(limits: _Limits, cand: _Candidate, left: bool) -> _Limits:
     return _Limits(allowed, window)
 
 
+def _multiplicities(rng, positive: np.ndarray, n: int, n_bootstrap: int) -> np.ndarray:
+    """Bootstrap multiplicities (n, n_bootstrap) of the rows: ``len(positive)`` draws with
+    replacement among the ``positive`` rows per resample, as uint8 (a row drawn more than 255
+    times, which a bootstrap practically never does, widens the type)."""
+    mult = np.empty((n, n_bootstrap), dtype=np.uint8)
+    for b in range(n_bootstrap):
+        counts = np.bincount(positive[rng.integers(0, len(positive), len(positive))], minlength=n)
+        if counts.max() > np.iinfo(mult.dtype).max:
+            mult = mult.astype(np.min_scalar_type(counts.max()))
+        mult[:, b] = counts
+    return mult
+
+
 class _Grower:
     """Per-fit precomputations and per-node work of the split search.
 
-    Holds the feature-major inputs, the bin codes (`ferl._binning`), the bootstrap multiplicities
-    and the fixed partitions. A node is represented by its active rows (non-zero firing) and their
-    firing x sample weight, so a node costs O(active rows) in time and memory.
+    Holds the inputs seen feature-major (a transposed view of X, no copy), the bin codes
+    (`ferl._binning`), the bootstrap multiplicities and the fixed partitions. A node is represented
+    by its active rows (non-zero firing) and their firing x sample weight, so a node costs
+    O(active rows) in time and memory.
     """
 
     def __init__(self, X, y, sample_weight, n_classes, settings: GrowthSettings, rng, sets):
@@ -139,7 +160,7 @@ class _Grower:
         self.total = float(sample_weight.sum())
         self.crit = GAINS[settings.gain]
         self.sets = sets
-        self.xt = np.ascontiguousarray(X.T)
+        self.xt = X.T  # a view: the kernels read a node's rows one feature at a time
         positive = np.flatnonzero(sample_weight > 0)
         self.root = (positive, sample_weight[positive])
         if settings.partition == "learned":
@@ -147,11 +168,8 @@ class _Grower:
             # exactly equivalent to absent rows.
             n = X.shape[0]
             self.bins = bin_features(self.xt, positive)
-            self.mult = np.empty((n, settings.n_bootstrap), dtype=np.uint16)
-            for b in range(settings.n_bootstrap):
-                draws = positive[rng.integers(0, len(positive), len(positive))]
-                self.mult[:, b] = np.bincount(draws, minlength=n)
-            self.min_width = np.maximum(settings.min_width * _feature_spread(self.xt[:, positive]),
+            self.mult = _multiplicities(rng, positive, n, settings.n_bootstrap)
+            self.min_width = np.maximum(settings.min_width * _feature_spread(self.xt, positive),
                                         np.finfo(np.float64).tiny)
 
     def candidate(self, rows, w, limits: _Limits) -> _Candidate | None:

@@ -233,7 +233,7 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
         The node's active rows (non-zero firing).
     w : ndarray of shape (m,), float64
         Firing x sample weight of the active rows (> 0).
-    mult : ndarray of shape (n, B), uint16
+    mult : ndarray of shape (n, B), unsigned int (uint8 unless a row is drawn over 255 times)
         Bootstrap multiplicities of every row.
     width_factor : float
         gamma of eq. 2.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ferl._firing import Firing, sparse_firing
+from ferl._firing import Firing, sparse_firing, training_firing
 from ferl._membership import membership, support_gate, trapezoid
 
 __all__ = ["FuzzyTree", "trapezoid", "membership", "support_gate"]
@@ -164,6 +164,14 @@ class FuzzyTree:
             X, self.feature, trap, self.left, self.right, lo, hi,
             np.ascontiguousarray(margin, dtype=np.float64), gates,
         ), n_samples=X.shape[0])
+
+    def training_firing(self, X: np.ndarray) -> Firing:
+        """Ungated sparse firings of the training rows ``X`` (n, n_features) in exact-size, slim
+        buffers, for the fit's Gaussians and rule shares; see `ferl._firing.training_firing`."""
+        trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
+            np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))[2]
+        return training_firing(np.ascontiguousarray(X, dtype=np.float64), self.feature, trap,
+                               self.left, self.right)
 
     def firing(self, X: np.ndarray, gates: bool, margin: np.ndarray):
         """Dense firing ``phi`` (n, n_nodes) and gate losses ``lost`` (n, n_nodes); see

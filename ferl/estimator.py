@@ -218,10 +218,10 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
         sets = fixed_partitions(X, sw) if settings.partition == "fixed" else None
         self.partitions_ = sets
         rng = np.random.default_rng(seed_from(self.random_state))
-        self.tree_ = grow_tree(X, y_enc.astype(np.int64), sw, n_classes, settings, rng, sets)
+        self.tree_ = grow_tree(X, y_enc.astype(np.int64, copy=False), sw, n_classes, settings, rng, sets)
         self.tree_.weight = self.tree_.weight * unit
-        # one sparse pass feeds all three: phi0 (gates off) the Gaussians, phi the rules' shares
-        fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
+        # one slim ungated pass feeds all three (the gates are 1 on the rows of positive weight)
+        fired = self.tree_.training_firing(X)
         with np.errstate(over="ignore", invalid="ignore"):
             fit_free_gaussians(self.tree_, X, sw, fired)
         check_variances(self.tree_, self.feature_range_, self.feature_names_)

@@ -11,7 +11,7 @@ from numba import njit
 from ferl._firing import Firing
 from ferl._tree import FuzzyTree
 
-__all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians"]
+__all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians", "weighted_moments"]
 
 #: Variance floor of the free-feature Gaussians, as a fraction of the feature's training variance
 #: (a feature constant over the whole training set uses 1 instead of its variance): a feature
@@ -24,10 +24,43 @@ MIN_VARIANCE = np.finfo(np.float64).tiny / VAR_FLOOR
 
 
 @njit(cache=True)
-def _node_sums(start, count, rows, phi0, sw, Z):
-    """Per node, the weighted count, sum and sum of squares of ``Z`` over the entries that reach it."""
+def weighted_moments(X, sw, shift, unit, total):
+    """Weighted mean and standard deviation per feature of ``V = (X - shift) / unit``, without a
+    copy of ``X``: the values of ``np.average(V, axis=0, weights=sw)`` and ``sqrt(np.average((V -
+    mean) ** 2, axis=0, weights=sw))``, bit for bit (rows summed in order, as numpy reduces axis 0).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n, d), float64
+    sw : ndarray of shape (n,), float64, >= 0
+    shift, unit : ndarray of shape (d,), float64 (``unit`` non-zero)
+    total : float
+        ``sw.sum()`` (> 0).
+
+    Returns
+    -------
+    mean, sd : ndarray of shape (d,), float64 (inf or NaN where a sum overflows)
+    """
+    n, d = X.shape
+    acc = np.zeros(d)
+    for i in range(n):
+        for f in range(d):
+            acc[f] += (X[i, f] - shift[f]) / unit[f] * sw[i]
+    mean = acc / total
+    acc[:] = 0.0
+    for i in range(n):
+        for f in range(d):
+            z = (X[i, f] - shift[f]) / unit[f] - mean[f]
+            acc[f] += z * z * sw[i]
+    return mean, np.sqrt(acc / total)
+
+
+@njit(cache=True)
+def _node_sums(start, count, rows, phi0, sw, X, center, scale):
+    """Per node, the weighted count, sum and sum of squares of the standardised ``(X - center) /
+    scale`` over the entries that reach it (standardised row by row: no copy of ``X``)."""
     n_nodes = start.shape[0]
-    d = Z.shape[1]
+    d = X.shape[1]
     s0 = np.zeros(n_nodes)
     s1 = np.zeros((n_nodes, d))
     s2 = np.zeros((n_nodes, d))
@@ -37,7 +70,7 @@ def _node_sums(start, count, rows, phi0, sw, Z):
             w = phi0[q] * sw[r]
             s0[o] += w
             for f in range(d):
-                z = Z[r, f]
+                z = (X[r, f] - center[f]) / scale[f]
                 s1[o, f] += w * z
                 s2[o, f] += w * z * z
     return s0, s1, s2
@@ -50,7 +83,8 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     The weights ``w_i phi_o(x_i)`` (sample weight times training firing, gates off: equal to the
     gated firing on the training set) give the mean ``mu_of`` and population variance
     ``sigma_of^2`` of every feature ``f`` absent from node ``o``'s path (path features: NaN). Sums
-    are accumulated on standardised features over the sparse firing (`ferl._firing.Firing`).
+    are accumulated on standardised features over the sparse firing (`ferl._firing.Firing`), each
+    row standardised as it is read (no copy of ``X``).
 
     Parameters
     ----------
@@ -73,16 +107,15 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     sw = np.asarray(sample_weight, dtype=np.float64)
     if firing is None:
         firing = tree.sparse_firing(X, False, np.ones(tree.n_nodes))
-    with np.errstate(over="ignore", invalid="ignore"):
-        # the mean as an offset from the heaviest row: a row holding all but 1e-150 of the weight
-        # sits exactly at the centre, not at the mean's rounding error (which outweighs the spread)
-        ref = X[np.argmax(sw)]
-        center = ref + np.average(X - ref, axis=0, weights=sw)
-        scale = np.sqrt(np.average((X - center) ** 2, axis=0, weights=sw))
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    # the mean as an offset from the heaviest row: a row holding all but 1e-150 of the weight
+    # sits exactly at the centre, not at the mean's rounding error (which outweighs the spread)
+    ref = X[np.argmax(sw)]
+    offset, scale = weighted_moments(X, sw, ref, np.ones(d), sw.sum())
+    center = ref + offset
     scale = np.where(scale > 0, scale, 1.0)
+    s0, s1, s2 = _node_sums(firing.start, firing.count, firing.rows, firing.phi0, sw, X, center, scale)
     with np.errstate(over="ignore", invalid="ignore"):
-        Z = np.ascontiguousarray((X - center) / scale)
-        s0, s1, s2 = _node_sums(firing.start, firing.count, firing.rows, firing.phi0, sw, Z)
         total = np.where(s0 > 0, s0, 1.0)[:, None]
         mean_z = s1 / total
         var_z = np.maximum(s2 / total - mean_z**2, 0.0)

@@ -65,7 +65,7 @@ from ferl._firing import Firing
 from ferl._leaf_fit import fit_kernel
 from ferl._leaf_paths import cross_fitted_path_residual
 from ferl._tree import FuzzyTree
-from ferl.free_gaussians import VAR_FLOOR
+from ferl.free_gaussians import VAR_FLOOR, weighted_moments
 
 __all__ = [
     "KAPPA",
@@ -109,8 +109,9 @@ def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndar
     ndarray of shape (n, d), float64, C-contiguous
     """
     with np.errstate(over="ignore"):
-        U = (X - center) / scale
-    return np.ascontiguousarray(np.clip(U, -Z_MAX, Z_MAX))
+        U = X - center  # in place from here: one copy of X at a time
+        U /= scale
+    return np.ascontiguousarray(np.clip(U, -Z_MAX, Z_MAX, out=U))
 
 
 @dataclass
@@ -251,6 +252,7 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
         np.asarray(tree.feature, dtype=np.int64), np.asarray(tree.left, dtype=np.int64),
         np.asarray(tree.right, dtype=np.int64), np.asarray(tree.parent, dtype=np.int64), free,
         free.sum(axis=1).astype(np.int64), _folds(sw), CROSS_FIT, VAR_FLOOR, Z_MAX)
+    del U  # the rest needs only the per-pair values: one copy of X fewer at the quantiles
     values = values / d + residual / 2
     q0, q1 = RELIABILITY_QUANTILES
     tau = _weighted_quantile(values, weights, q0)
@@ -262,14 +264,14 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
 
 def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Weighted mean and standard deviation per feature, computed without overflow or underflow."""
-    positive = sw > 0
-    lo, hi = X[positive].min(axis=0), X[positive].max(axis=0)
+    rows = (sw > 0)[:, None]  # the range of the positive-weight rows, without copying them
+    lo = X.min(axis=0, where=rows, initial=np.inf)
+    hi = X.max(axis=0, where=rows, initial=-np.inf)
     mid = lo / 2 + hi / 2
     half = hi / 2 - lo / 2
     unit = np.where(half > 0, half, 1.0)
-    V = (X - mid) / unit  # in [-1, 1] on the rows of positive weight
-    m = np.average(V, axis=0, weights=sw)
-    sd = np.sqrt(np.average((V - m) ** 2, axis=0, weights=sw))
+    # moments of V = (X - mid) / unit, in [-1, 1] on the rows of positive weight, without a copy
+    m, sd = weighted_moments(np.ascontiguousarray(X, dtype=np.float64), sw, mid, unit, sw.sum())
     tiny = np.finfo(np.float64).tiny
     bad = (half > 0) & ((half < tiny) | (sd * unit < tiny) | (sd == 0))
     if bad.any():
