@@ -58,6 +58,7 @@ __all__ = [
     "check_variances",
     "fit_free_gaussians",
     "analyse",
+    "free_gaussians",
     "leaf_typicality",
 ]
 
@@ -165,9 +166,14 @@ def _routing_loss(start, count, rows, lost, feature, n, d):
     return loss, total
 
 
-def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Means, floored inverse standard deviations (0 at path features), the free-feature mask and
-    the free features per node."""
+def free_gaussians(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each node's free-feature Gaussians as the read-out uses them (kept on the tree): means and
+    inverse standard deviations floored at `VAR_FLOOR` times the root's variance, both 0 at path
+    features, shape (n_nodes, d); the free-feature mask (n_nodes, d) bool; free features per node."""
+    return tree.derived("free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+
+
+def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     free = ~np.isnan(tree.free_var)
     root_var = tree.free_var[0]
     floor = np.maximum(VAR_FLOOR * np.where(root_var > 0, root_var, 1.0), np.finfo(np.float64).tiny)
@@ -355,8 +361,7 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
     if tree.free_mean is None or tree.free_var is None:
         raise ValueError("the tree has no free-feature Gaussians; refit the model")
     d = X.shape[1]
-    mean, inv_sd, free, n_free = tree.derived(
-        "free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+    mean, inv_sd, free, n_free = free_gaussians(tree)
     n = firing.n_samples
     X = np.ascontiguousarray(X, dtype=np.float64)
     loss, lost = _routing_loss(firing.start, firing.count, firing.rows, firing.lost, tree.feature, n, d)
@@ -388,8 +393,7 @@ def leaf_typicality(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firin
     ndarray of shape (n_samples, n_leaves), float64 >= 0
         ``s_l(x)`` where ``phi0_l(x) > 0``, else 0.
     """
-    mean, inv_sd, free, n_free = tree.derived(
-        "free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+    mean, inv_sd, free, n_free = free_gaussians(tree)
     X = np.ascontiguousarray(X, dtype=np.float64)
     if leaf_nll is None:
         phi0 = firing.dense(firing.phi0)[:, leaves.leaves]
