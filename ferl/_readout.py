@@ -2,8 +2,9 @@
 
 Rows are processed in chunks of `CHUNK`, so the firings held at any time are bounded whatever the
 number of rows; per chunk the sparse firings (`ferl._firing.sparse_firing`) feed the evidence
-(`ferl.evidence.combine_sparse`) and the novelty scores (`ferl.novelty.analyse`) that the call
-asks for, and the chunks' outputs are concatenated. With the novelty discount the evidence
+(`ferl.evidence.combine_sparse`), the per-feature novelty (`ferl.novelty.analyse`) and the OOD
+score alone (`ferl._ood_score.score_totals`, no per-feature split) that the call asks for, and the
+chunks' outputs are concatenated. With the novelty discount the evidence
 combines the firings discounted by each source's reliability (`ferl.evidence.discount`,
 `ferl.typicality.source_reliability`), from the leaf typicality scores of the same pass
 (`ferl.novelty.leaf_typicality`).
@@ -16,12 +17,13 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from ferl._firing import Firing
+from ferl._ood_score import TOTAL_KINDS, score_totals
 from ferl._tree import FuzzyTree
 from ferl.evidence import Evidence, combine_sparse, discount
-from ferl.novelty import Novelty, analyse, leaf_typicality
+from ferl.novelty import OOD_KINDS, Novelty, analyse, leaf_typicality
 from ferl.typicality import LeafGaussians, source_reliability
 
-__all__ = ["CHUNK", "Readout", "discounted", "read_out"]
+__all__ = ["CHUNK", "CredalReadout", "Readout", "discounted", "read_out"]
 
 #: Rows per firing pass: the sparse firings of a chunk take about 32 bytes per node a row
 #: reaches (a few tens of nodes), i.e. a few MB.
@@ -34,6 +36,27 @@ class Readout:
 
     evidence: Evidence | None
     novelty: Novelty | None
+    score: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class CredalReadout:
+    """The credal read-out of a batch from one firing pass (`FERLClassifier.credal_readout`).
+
+    Attributes
+    ----------
+    credal_set : ndarray of shape (n_samples, n_classes), bool
+        Interval-dominance set S(x) (paper eq. 4), what ``predict_set`` returns; columns follow
+        ``classes_``, a row of all True is an abstention.
+    evidence : Evidence
+        The combined masses (section 3.2), what ``evidence`` returns.
+    ood_score : ndarray of shape (n_samples,), float64, finite
+        What ``ood_score`` returns for the same ``kind``; higher means more novel.
+    """
+
+    credal_set: np.ndarray
+    evidence: Evidence
+    ood_score: np.ndarray
 
 
 def _concat(cls, parts):
@@ -72,14 +95,14 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
 
 
 def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool, margin: np.ndarray,
-             sources: np.ndarray, rule: str, evidence: bool = True, novelty: bool = True,
-             novelty_discount: bool = False) -> Readout:
-    """Evidence and / or novelty of validated inputs from one firing pass per chunk of rows.
+             sources: np.ndarray, rule: str, evidence: bool = True, novelty: bool = False,
+             novelty_discount: bool = False, score: str | None = None) -> Readout:
+    """Evidence, novelty and / or an OOD score of validated inputs from one firing pass per chunk.
 
     Parameters
     ----------
     tree : FuzzyTree
-        A fitted tree (with free-feature Gaussians when ``novelty``).
+        A fitted tree (with free-feature Gaussians when ``novelty`` or ``score``).
     leaves : LeafGaussians
         Its leaf Gaussians (`ferl.typicality`).
     X : ndarray of shape (n_samples, n_features), float64, finite
@@ -92,24 +115,46 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     rule : {"dempster", "cautious"}
         Combination rule.
     evidence, novelty : bool
-        Outputs to compute.
+        Outputs to compute: the `Evidence`, the per-feature `Novelty`.
     novelty_discount : bool
         Discount the evidence sources by their reliabilities (`discounted`); False leaves the
         paper's evidence bit for bit.
+    score : str or None
+        The kind of OOD score to compute (`ferl.novelty.OOD_KINDS`): ``"ignorance"`` is the
+        evidence's ``m(Theta)`` (computed whatever ``evidence`` says), the others come from
+        `ferl._ood_score.score_totals`; None for none.
 
     Returns
     -------
     Readout
+
+    Raises
+    ------
+    ValueError
+        ``score`` neither None nor one of `ferl.novelty.OOD_KINDS`.
     """
-    parts_e, parts_n = [], []
+    if score is not None and score not in OOD_KINDS:
+        raise ValueError(f"unknown OOD score kind {score!r}; expected one of {list(OOD_KINDS)}")
+    evidence = evidence or score == "ignorance"
+    discount = evidence and novelty_discount
+    parts_e, parts_n, parts_s = [], [], []
     for start in range(0, X.shape[0], CHUNK):
         rows = X[start:start + CHUNK]
         fired = tree.sparse_firing(rows, gates, margin)
+        leaf_nll = None
         if novelty:
             parts_n.append(analyse(tree, leaves, rows, fired))
+            leaf_nll = parts_n[-1].leaf_nll
+        if score in TOTAL_KINDS:
+            values, nll = score_totals(tree, leaves, rows, fired, score, discount and leaf_nll is None)
+            parts_s.append(values)
+            leaf_nll = leaf_nll if nll is None else nll
         if evidence:
-            if novelty_discount:
-                fired = discounted(tree, leaves, rows, fired, parts_n[-1].leaf_nll if novelty else None)[0]
+            if discount:
+                fired = discounted(tree, leaves, rows, fired, leaf_nll)[0]
             parts_e.append(combine_sparse(fired, tree.value, sources, rule))
+            if score == "ignorance":
+                parts_s.append(parts_e[-1].ignorance.copy())
     return Readout(_concat(Evidence, parts_e) if evidence else None,
-                   _concat(Novelty, parts_n) if novelty else None)
+                   _concat(Novelty, parts_n) if novelty else None,
+                   (parts_s[0] if len(parts_s) == 1 else np.concatenate(parts_s)) if score else None)

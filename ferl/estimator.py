@@ -1,5 +1,6 @@
 """`FERLClassifier`: the scikit-learn estimator over the fuzzy tree, builder and evidence modules;
-its rule interface comes from `ferl._rules_mixin`, its ``save`` / ``load`` from `ferl._model_files`."""
+its rule interface comes from `ferl._rules_mixin`, its read-out (evidence, credal set, novelty, OOD
+score) from `ferl._readout_mixin`, its ``save`` / ``load`` from `ferl._model_files`."""
 
 from __future__ import annotations
 
@@ -20,18 +21,17 @@ from ferl._inputs import (
 from ferl._model_files import ModelFilesMixin
 from ferl._params import check_params
 from ferl._partitions import fixed_partitions
-from ferl._readout import Readout, discounted, read_out
+from ferl._readout_mixin import ReadoutMixin
 from ferl._rules_mixin import RulesMixin
-from ferl.evidence import Evidence
 from ferl.explain import Explanation, build_explanation
-from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty, analyse, check_variances, fit_free_gaussians
+from ferl.novelty import analyse, check_variances, fit_free_gaussians
 from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
 from ferl.rules import fires_alone
 from ferl.typicality import fit_leaf_gaussians
 
 __all__ = ["FERLClassifier", "PRESETS"]
 
-class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator):
+class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator):
     """Fast Evidential Rule Learning: a fuzzy rule tree with a Dempster-Shafer read-out.
 
     Every split is a complementary fuzzy pair (paper section 3.1): a learned ramp ``x_f <= theta +- h``
@@ -257,115 +257,11 @@ class FERLClassifier(RulesMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator
         """Dense firing ``phi`` (n, n_nodes) and gate losses (n, n_nodes) of validated ``X``."""
         return self.tree_.firing(X, bool(self.bounded_support), self._gate_margin())
 
-    def _read(self, X, evidence: bool = True, novelty: bool = True) -> Readout:
-        """Evidence and / or novelty of validated ``X`` from one firing pass (`ferl._readout`)."""
-        return read_out(self.tree_, self.leaf_gaussians_, X, bool(self.bounded_support),
-                        self._gate_margin(), self._sources(), self.combination, evidence, novelty,
-                        bool(self.novelty_discount))
-
-    def _reliability(self, X, fired=None, leaf_nll=None) -> np.ndarray:
-        """Source reliabilities (n, n_nodes) of validated ``X`` (`ferl._readout.discounted`), from
-        its sparse firings ``fired`` and leaf NLLs when given; all ones with the discount off."""
-        if not self.novelty_discount:
-            return np.ones((X.shape[0], self.tree_.n_nodes))
-        if fired is None:
-            fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
-        return discounted(self.tree_, self.leaf_gaussians_, X, fired, leaf_nll)[1]
-
     def node_firing(self, X) -> np.ndarray:
         """Firing ``phi_o(x)`` of every node after the gates (root = 1), ndarray of shape
         (n_samples, n_nodes) in [0, 1]. A split can change the evidence of ``x`` only where its node
         fires (``phi > 0``): the class masses of section 3.2 rest on the features of those nodes only."""
         return self.tree_.firing(self._check_X(X), bool(self.bounded_support), self._gate_margin())[0]
-
-    def _sources(self) -> np.ndarray:
-        # An explicit `evidence_nodes` is read at inference, else the one fixed at fit (issue 18)
-        tree = self.tree_
-        nodes = self.evidence_nodes if self.evidence_nodes is not None else self.evidence_nodes_
-        if nodes == "leaves":
-            return tree.is_leaf.copy()
-        sources = np.ones(tree.n_nodes, dtype=bool)
-        sources[0] = False
-        return sources
-
-    def evidence(self, X) -> Evidence:
-        """Combined Dempster-Shafer evidence for each sample (paper section 3.2).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features_in_)
-
-        Returns
-        -------
-        Evidence
-            ``mass`` (n, C) = belief, ``ignorance`` (n,) = m(Theta), ``conflict`` (n,),
-            ``plausibility`` (n, C), ``pignistic`` (n, C), ``credal_set`` (n, C) bool, ``abstain`` (n,).
-
-        Raises
-        ------
-        ValueError
-            NaN / inf in X, or a feature count other than ``n_features_in_``.
-        """
-        return self._read(self._check_X(X), novelty=False).evidence
-
-    def predict_proba(self, X) -> np.ndarray:
-        """Pignistic probability BetP, ndarray of shape (n_samples, n_classes), rows summing to 1."""
-        return self.evidence(X).pignistic
-
-    def predict(self, X) -> np.ndarray:
-        """Point label ``argmax_c BetP(c)`` (first class on ties), shape (n_samples,), in ``classes_``."""
-        proba = self.predict_proba(X)
-        return self.classes_[np.argmax(proba, axis=1)]
-
-    def predict_set(self, X) -> np.ndarray:
-        """Interval-dominance credal set S(x) (eq. 4), bool ndarray of shape (n_samples, n_classes).
-
-        Columns follow ``classes_``; a row of all True is an abstention.
-        """
-        return self.evidence(X).credal_set
-
-    # ------------------------------------------------------------------ novelty (ferl.novelty)
-    def _novelty(self, X) -> Novelty:
-        return self._read(X, evidence=False).novelty
-
-    def routing_loss(self, X) -> np.ndarray:
-        """Firing mass lost to the gates per sample and split feature (appendix eq. 8).
-
-        Returns ndarray of shape (n_samples, n_features_in_) in [0, 1]; each row sums to
-        ``1 - total leaf firing`` (zero with ``bounded_support=False``). See `ferl.novelty.Novelty`.
-        """
-        return self._novelty(self._check_X(X)).routing_loss
-
-    def feature_anomaly(self, X) -> np.ndarray:
-        """Free-feature scores (eq. 3): firing-weighted mean squared standardised distance per
-        feature, ndarray of shape (n_samples, n_features_in_), >= 0. See `ferl.novelty.Novelty`."""
-        return self._novelty(self._check_X(X)).feature_anomaly
-
-    def ood_score(self, X, kind: str = "nll") -> np.ndarray:
-        """OOD score, ndarray of shape (n_samples,), finite; higher means more novel.
-
-        ``kind``: "nll" (default: leaf and free-feature Gaussians' negative log-likelihood per
-        feature plus ``log(1 + eps) - log(eps + firing)``), "combined" (``residual / 2`` plus that
-        firing term), "residual" (the paper's free-feature Mahalanobis average, eq. 3), "ignorance"
-        (m(Theta) of `evidence`, so discounted when `novelty_discount`) or "firing" (1 - total
-        leaf firing); formulas in `ferl.novelty.Novelty.score`. ValueError for another kind.
-        """
-        if kind not in OOD_KINDS:
-            raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
-        out = self._read(self._check_X(X), evidence=kind == "ignorance")
-        ignorance = out.evidence.ignorance if kind == "ignorance" else None
-        return out.novelty.score(kind, ignorance)
-
-    def anomalous_features(self, X, top_k: int | None = 5) -> list[list[AnomalousFeature]]:
-        """The ``top_k`` most novel features of each sample, highest score first.
-
-        Returns one list per sample of `ferl.novelty.AnomalousFeature` named tuples
-        ``(name, score, feature, routing_loss, deviation, anomaly)``; the scores (nats) are the
-        features' parts of the default ``ood_score`` and sum to it over all features
-        (`ferl.novelty.Novelty.feature_scores`).
-        ``top_k=None`` lists every feature; ValueError when ``top_k < 1``.
-        """
-        return self._novelty(self._check_X(X)).ranked(self.feature_names_, top_k)
 
     def robustness_radius(self, X) -> np.ndarray:
         """Certified l_inf radius ``Delta(x) / (2 L_T)`` of appendix eq. 12, ndarray (n_samples,).

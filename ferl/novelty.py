@@ -43,6 +43,7 @@ from numba import njit
 
 from ferl._firing import Firing
 from ferl._leaf_paths import path_residual
+from ferl._leaf_readout import leaf_totals
 from ferl._tree import FuzzyTree
 from ferl.free_gaussians import MIN_VARIANCE, VAR_FLOOR, check_variances, fit_free_gaussians
 from ferl.typicality import Z_MAX, LeafGaussians, leaf_terms, standardise
@@ -58,6 +59,7 @@ __all__ = [
     "check_variances",
     "fit_free_gaussians",
     "analyse",
+    "free_gaussians",
     "leaf_typicality",
 ]
 
@@ -165,9 +167,13 @@ def _routing_loss(start, count, rows, lost, feature, n, d):
     return loss, total
 
 
-def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Means, floored inverse standard deviations (0 at path features), the free-feature mask and
-    the free features per node."""
+def free_gaussians(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Free-feature means and inverse standard deviations floored at `VAR_FLOOR` times the root's variance
+    (n_nodes, d; 0 at path features), the free mask (n_nodes, d) and count per node (kept on the tree)."""
+    return tree.derived("free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+
+
+def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     free = ~np.isnan(tree.free_var)
     root_var = tree.free_var[0]
     floor = np.maximum(VAR_FLOOR * np.where(root_var > 0, root_var, 1.0), np.finfo(np.float64).tiny)
@@ -355,8 +361,7 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
     if tree.free_mean is None or tree.free_var is None:
         raise ValueError("the tree has no free-feature Gaussians; refit the model")
     d = X.shape[1]
-    mean, inv_sd, free, n_free = tree.derived(
-        "free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+    mean, inv_sd, free, n_free = free_gaussians(tree)
     n = firing.n_samples
     X = np.ascontiguousarray(X, dtype=np.float64)
     loss, lost = _routing_loss(firing.start, firing.count, firing.rows, firing.lost, tree.feature, n, d)
@@ -388,13 +393,8 @@ def leaf_typicality(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firin
     ndarray of shape (n_samples, n_leaves), float64 >= 0
         ``s_l(x)`` where ``phi0_l(x) > 0``, else 0.
     """
-    mean, inv_sd, free, n_free = tree.derived(
-        "free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
     X = np.ascontiguousarray(X, dtype=np.float64)
-    if leaf_nll is None:
-        phi0 = firing.dense(firing.phi0)[:, leaves.leaves]
-        leaf_nll = leaf_terms(leaves, standardise(X, leaves.center, leaves.scale), phi0)[2]
-    residual = path_residual(X, firing.start, firing.count, firing.rows, firing.phi0,
-                             np.asarray(leaves.leaves, dtype=np.int64),
-                             np.asarray(tree.parent, dtype=np.int64), mean, inv_sd, free, n_free, Z_MAX)
+    leaf_nll = leaf_totals(leaves, X, firing, want_nll=True)[1] if leaf_nll is None else leaf_nll
+    residual = path_residual(X, firing.start, firing.count, firing.rows, firing.phi0, leaves.leaves,
+                             tree.parent, *free_gaussians(tree), Z_MAX)
     return leaf_nll / X.shape[1] + residual / 2

@@ -357,7 +357,7 @@ def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypa
     kernel = typ._leaf_kernel
     monkeypatch.setattr(typ, "_leaf_kernel", lambda *a: (seen.append(blas_threads()), kernel(*a))[1])
     clf, X, _ = correlated
-    clf.ood_score(X[:20])
+    clf.anomalous_features(X[:20])  # the per-feature split of the score (`leaf_terms`)
     assert seen and all(n == 1 for n in seen[0])
     with one_blas_thread():
         assert all(n == 1 for n in blas_threads())
