@@ -6,34 +6,38 @@ One pass replaced a per-node loop of numpy calls whose Python overhead dominated
 4 ms CPU, identical to 1e-15); memory beyond the outputs is one set of moments and of fold-out
 Cholesky factors per tree level.
 
-A node below the shrinkage's pseudo-count (`ferl.typicality`) gets its mean and variances only (the
+A node below ``SUPPORT d`` (`ferl.typicality`) gets its mean and variances only (the
 diagonal of the second moments) and borrows the correlations of its nearest supported ancestor's
 slot; its fold-out NLLs scale the row by the leaf's own standard deviations and solve with the
 Cholesky factor of those correlations, computed when a leaf first needs it (for the folds its rows
 fall in): the factorisations run once per distinct covariance or correlation matrix. On the
-CUB-shaped set (``scripts/bench_scale.py --sections cub``: N = 6,000, d = 112, 200 classes, 717
-leaves, 92 distinct correlation matrices) the pass went from 0.82 s to 0.30 s CPU, the whole
-FERL-deep fit from 3.08 s to 1.83 s (``--sections cub --rule-budgets 400``, one run each; CART 0.87
-to 1.31 s on the busy machine); decomposing each leaf's own matrix cannot get there (its batched
-``eigh`` alone took 0.85 s of a 3.5 s fit).
+CUB-shaped set (``scripts/bench_scale.py --sections cub --rule-budgets 400``: N = 6,000, d = 112,
+200 classes, 717 leaves, 200 distinct correlation matrices) the pass went from 0.82 s to 0.31 s
+CPU and the whole FERL-deep fit from 3.08 s to 1.66 s (one run each; CART 0.87 / 0.83 s);
+decomposing each leaf's own matrix cannot get there (its batched ``eigh`` alone took 0.85 s of a
+3.5 s fit).
 
-Chosen by measurement, before -> after (FERL-deep; "refit" is the old model with another bootstrap
-seed, ``random_state`` + 100, to show the noise):
+``SUPPORT`` chosen by measurement, before -> ``SUPPORT = KAPPA / 2`` (kept) | ``SUPPORT = KAPPA``
+(FERL-deep; "refit": the old model with another bootstrap seed, ``random_state`` + 100, the noise):
 
 * CUB-50 open world, real concepts (``scripts/bench_openworld_novelty.py`` on the 5 folds of seed 0
-  of ``configs/openworld/cub50_lite0.yaml``'s run): ``nll`` AUROC 66.3 -> 65.6 (per fold -0.7, 0.0,
-  -2.0, -0.8, +0.3; refit 65.8), discounted ignorance 58.0 -> 57.8 (refit 60.3), abstention with
-  the discount held-out / retained test 22.2 / 9.7 -> 21.6 / 9.7. Borrowing the whole covariance
-  (variances too) did worse: 65.4 (lower on every fold), 57.6, 20.6 / 9.0.
+  of ``configs/openworld/cub50_lite0.yaml``'s run): ``nll`` AUROC 66.3 -> 65.9 | 65.6 (per fold
+  -0.4, -0.2, -0.5, -0.9, +0.1 | -0.7, 0.0, -2.0, -0.8, +0.3; refit 65.8); discounted ignorance
+  58.0 -> 57.7 | 57.8 (refit 60.3); abstention with the discount, held-out / retained test 22.2 /
+  9.7 -> 21.4 / 9.6 | 21.6 / 9.7. Borrowing the whole covariance at ``KAPPA d`` (variances too)
+  did worse: 65.4 (lower on every fold), 57.6, 20.6 / 9.0.
 * Synthetic open world (seed 0 folds 0-1; ``synthetic_more`` seed 1 fold 2): ``nll`` AUROC 92.0 ->
-  91.6 (refit 92.7), 87.2 -> 87.3 (88.3); discounted ignorance 74.3 -> 74.1 (79.0), 66.8 -> 67.9
-  (77.4); abstention held-out / retained 41.1 / 4.9 -> 40.6 / 5.2, 30.2 / 3.6 -> 30.2 / 3.6;
-  attribute naming p@3 66.3 -> 66.1.
+  91.9 | 91.6 (refit 92.7), 87.2 -> 87.2 | 87.3 (88.3); discounted ignorance 74.3 -> 74.6 | 74.1
+  (79.0), 66.8 -> 67.3 | 67.9 (77.4); abstention held-out / retained 41.1 / 4.9 -> 41.7 / 5.1 |
+  40.6 / 5.2, and 30.2 / 3.6 unchanged; attribute naming p@3 66.3 -> 66.5 | 66.1.
 * KEEL, 10 sets x 5 folds (``scripts/bench_novelty_tabular.py --datasets wine glass ecoli vehicle
   yeast cleveland newthyroid segment sonar ionosphere``; OOD on the 8 multiclass ones): ``nll``
-  AUROC 78.52 -> 78.27 (cleveland -1.5, vehicle -0.3, the rest within 0.05), discounted ignorance
-  68.25 -> 68.11; with the discount, accuracy / coverage / set size 77.85 / 88.57 / 1.937 -> 77.88 /
-  88.51 / 1.933.
+  AUROC 78.52 -> 78.43 | 78.27 (worst set cleveland -0.5 | -1.5); discounted ignorance 68.25 ->
+  68.18 | 68.11; with the discount, accuracy / coverage / set size 77.85 / 88.57 / 1.937 -> 77.91 /
+  88.60 / 1.935 | 77.88 / 88.51 / 1.933.
+
+``KAPPA / 2`` moves the novelty numbers less than a refit does, at about 0.2 s more leaf fit than
+``KAPPA`` on the CUB-shaped set (92 distinct matrices there).
 """
 
 from __future__ import annotations
@@ -198,7 +202,7 @@ def _correlation(C, ridge, out):
 
 @njit(cache=True)
 def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, leaf_index, kappa_d,
-                ridge, fold, n_folds):
+                support_d, ridge, fold, n_folds):
     """Leaf means and covariances (ridge included) and the cross-fitted leaf NLLs of the training rows,
     in one compiled depth-first pass over the nodes (`ferl.typicality._fit_nodes` documents the model).
 
@@ -215,8 +219,10 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     leaf_index : ndarray of shape (n_nodes,), int64
         Position of each leaf among the leaves, -1 elsewhere.
     kappa_d : float
-        Pseudo-count of the shrinkage of a non-root node to its parent, and the soft count a node
-        (of a supported parent) needs for a covariance of its own; below it, its parent's.
+        Pseudo-count of the shrinkage of a non-root node to its parent.
+    support_d : float
+        Soft count a node (of a supported parent) needs for correlations of its own; below it, it
+        borrows its parent's.
     ridge : float
         Ridge added to a leaf's fold-out covariance before its NLLs.
     fold : ndarray of shape (n,), int64 in [0, n_folds)
@@ -283,8 +289,8 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         t = depth[o] + 1  # this node's slot; its parent's is t - 1
         kappa = kappa_d if o else 0.0
         entries = np.arange(start[o], start[o] + count[o])
-        # supported: the root, or a node of a supported parent whose soft count reaches kappa_d
-        own = o == 0 or (supported[t - 1] and _weight(sw, entries, rows, phi0) >= kappa_d)
+        # supported: the root, or a node of a supported parent whose soft count reaches support_d
+        own = o == 0 or (supported[t - 1] and _weight(sw, entries, rows, phi0) >= support_d)
         s0 = _moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, own)
         total = node_count[0]
         supported[t] = own

@@ -1,8 +1,8 @@
 """ZCA-cor whitening of the leaf covariances and their per-feature log-det shares (`ferl.typicality`).
 
-A leaf below the shrinkage's pseudo-count keeps its own variances and borrows its nearest supported
+A leaf below ``SUPPORT d`` (`ferl.typicality`) keeps its own variances and borrows its nearest supported
 ancestor's correlations (`ferl._leaf_fit`), so a tree has far fewer distinct correlation matrices
-than leaves (CUB-shaped FERL-deep, ``scripts/bench_scale.py --sections cub``: 717 leaves, 92
+than leaves (CUB-shaped FERL-deep, ``scripts/bench_scale.py --sections cub``: 717 leaves, 200
 distinct). ``R^{-1/2}`` is computed once per distinct correlation matrix (matrices equal to 1e-9,
 i.e. the same up to rounding, are one) and each leaf scales it by its own ``V^{-1/2}``.
 """

@@ -10,14 +10,14 @@ covariance ``S_o`` gets ``Sigma_o = a_o S_o + (1 - a_o) Sigma_parent``, ``a_o = 
 (the root keeps ``S_root``), and the leaves add a ridge ``RIDGE`` (in standardised units, i.e. a
 fraction of each feature's training variance) to their variances.
 
-Correlations need more data than variances: a node whose soft count is below the pseudo-count
-``KAPPA d`` (or whose parent's is) keeps the shrunk *variances* of this chain but borrows the
+Correlations need more data than variances: a node whose soft count is below ``SUPPORT d`` (half
+the shrinkage's pseudo-count; or whose parent's is) keeps the shrunk *variances* of this chain but borrows the
 *correlations* of its nearest supported ancestor ``A``: ``Sigma_l = D_l^{1/2} R_A D_l^{1/2}``, ``D_l``
 its variances plus ``RIDGE``, ``R_A`` the correlations of ``Sigma_A + RIDGE I``; a supported leaf
 keeps ``Sigma_l + RIDGE I``. So the decompositions (the whitening's ``R^{-1/2}``, the cross-fit's
 Choleskys) run once per distinct correlation matrix, not per leaf (`ferl._leaf_fit`, `ferl._zca`):
-the CUB-shaped FERL-deep fit fell from 3.08 s to 1.83 s CPU, the novelty numbers within a refit's
-noise (`ferl._leaf_fit` says how this was chosen and measured).
+the CUB-shaped FERL-deep fit fell from 3.08 s to 1.66 s CPU, the novelty numbers within a refit's
+noise (`ferl._leaf_fit` says how ``SUPPORT`` was chosen and measured).
 
 Per leaf and input the negative log-likelihood, up to a constant shared by all leaves and inputs,
 is ``nll_l(x) = d2_l(x) / 2 + logdet(Sigma_l / RIDGE) / 2 >= 0`` with ``d2_l`` the squared
@@ -79,6 +79,7 @@ from ferl.free_gaussians import VAR_FLOOR
 
 __all__ = [
     "KAPPA",
+    "SUPPORT",
     "RIDGE",
     "CROSS_FIT",
     "RELIABILITY_QUANTILES",
@@ -91,6 +92,9 @@ __all__ = [
 
 #: Shrinkage of a node's covariance to its parent's: pseudo-counts per feature (``KAPPA * d``).
 KAPPA = 0.5
+#: Soft count per feature a node needs for correlations of its own (``SUPPORT * d``; below it, its
+#: nearest supported ancestor's): chosen against ``KAPPA``, see `ferl._leaf_fit`.
+SUPPORT = 0.25
 #: Ridge added to every leaf covariance, in standardised units (a fraction of the training variance).
 RIDGE = 1e-3
 #: Interleaved folds of the reliability's cross-fitted reference: the ``j``-th row of positive weight
@@ -176,7 +180,7 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
 
     Nodes are visited depth first; each node's moments are shrunk to its parent's covariance
     (the root keeps its own; a node with no weight takes its parent's; below the pseudo-count
-    ``KAPPA d`` the variances only, the correlations borrowed; supported or not is decided on all
+    ``SUPPORT d`` the variances only, the correlations borrowed; supported or not is decided on all
     rows, the same in every fold), once on all rows and once
     without each of the `CROSS_FIT` interleaved folds, so that the fold's rows are scored on
     Gaussians that never saw them (the whole chain of covariances refitted, not only the leaves:
@@ -199,7 +203,8 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
                        W.count, W.rows, W.phi0, np.asarray(tree.feature, dtype=np.int64),
                        np.asarray(tree.left, dtype=np.int64), np.asarray(tree.right, dtype=np.int64),
                        np.asarray(tree.parent, dtype=np.int64), leaf_index,
-                       KAPPA * U.shape[1], RIDGE, _folds(sw), CROSS_FIT)
+                       KAPPA * U.shape[1], SUPPORT * U.shape[1], RIDGE, _folds(sw),
+                       CROSS_FIT)
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:

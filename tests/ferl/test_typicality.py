@@ -10,7 +10,7 @@ from ferl import FERLClassifier
 from ferl.evidence import combine, discount
 from ferl.free_gaussians import VAR_FLOOR
 from ferl.novelty import leaf_typicality
-from ferl.typicality import CROSS_FIT, KAPPA, RELIABILITY_QUANTILES, RIDGE, leaf_terms, standardise
+from ferl.typicality import CROSS_FIT, KAPPA, RELIABILITY_QUANTILES, RIDGE, SUPPORT, leaf_terms, standardise
 
 
 def _correlated(seed, n):
@@ -38,10 +38,10 @@ def _planted(seed, n):
 # ---------------------------------------------------------------------- the leaf Gaussians
 def _supported(t, phi0, d):
     """Nodes with a covariance of their own: the root, and every node of a supported parent whose
-    soft count reaches ``KAPPA * d``; both kinds of leaves occur."""
+    soft count reaches ``SUPPORT * d``; both kinds of leaves occur."""
     own = np.zeros(t.n_nodes, dtype=bool)
     for o in range(t.n_nodes):
-        own[o] = o == 0 or (own[t.parent[o]] and phi0[:, o].sum() >= KAPPA * d)
+        own[o] = o == 0 or (own[t.parent[o]] and phi0[:, o].sum() >= SUPPORT * d)
     assert own[t.is_leaf].any() and not own[t.is_leaf].all()
     return own
 
@@ -62,7 +62,7 @@ def _borrowed(t, own, cov, o):
 
 
 def test_leaf_gaussians_match_a_numpy_reference():
-    X, y = make_classification(n_samples=300, n_features=5, n_informative=3, n_classes=3, random_state=1)
+    X, y = make_classification(n_samples=300, n_features=16, n_informative=3, n_classes=3, random_state=1)
     sw = np.random.default_rng(1).random(300) + 0.5
     clf = FERLClassifier(random_state=1).fit(X, y, sample_weight=sw)
     t, g = clf.tree_, clf.leaf_gaussians_
@@ -408,7 +408,7 @@ def test_the_whitening_of_shared_covariances_is_each_ones_own_bit_for_bit():
 
 
 def test_small_leaves_share_their_supported_ancestors_covariance():
-    """A leaf below the pseudo-count ``KAPPA d`` holds its nearest supported ancestor's correlations
+    """A leaf below ``SUPPORT d`` holds its nearest supported ancestor's correlations
     (so the whitening decomposes them once) with its own variances and mean."""
     X, y = make_classification(n_samples=400, n_features=16, n_informative=4, n_classes=4, random_state=4)
     clf = FERLClassifier(random_state=4).fit(X, y)
