@@ -10,7 +10,7 @@ from ferl import FERLClassifier
 from ferl.evidence import combine, discount
 from ferl.free_gaussians import VAR_FLOOR
 from ferl.novelty import leaf_typicality
-from ferl.typicality import CROSS_FIT, KAPPA, RELIABILITY_QUANTILES, RIDGE, leaf_terms, standardise
+from ferl.typicality import CROSS_FIT, KAPPA, RELIABILITY_QUANTILES, RIDGE, SUPPORT, leaf_terms, standardise
 
 
 def _correlated(seed, n):
@@ -36,8 +36,33 @@ def _planted(seed, n):
 
 
 # ---------------------------------------------------------------------- the leaf Gaussians
+def _supported(t, phi0, d):
+    """Nodes with a covariance of their own: the root, and every node of a supported parent whose
+    soft count reaches ``SUPPORT * d``; both kinds of leaves occur."""
+    own = np.zeros(t.n_nodes, dtype=bool)
+    for o in range(t.n_nodes):
+        own[o] = o == 0 or (own[t.parent[o]] and phi0[:, o].sum() >= SUPPORT * d)
+    assert own[t.is_leaf].any() and not own[t.is_leaf].all()
+    return own
+
+
+def _borrowed(t, own, cov, o):
+    """Leaf ``o``'s covariance (ridge added) from the shrunk chain ``cov``: its own where it is
+    supported, else its own variances with the correlations of its nearest supported ancestor's."""
+    d = cov[o].shape[0]
+    C = cov[o] + RIDGE * np.eye(d)
+    if own[o]:
+        return C
+    a = t.parent[o]
+    while not own[a]:
+        a = t.parent[a]
+    Ca = cov[a] + RIDGE * np.eye(d)
+    sd = np.sqrt(np.diag(C) / np.diag(Ca))
+    return Ca * sd[:, None] * sd[None, :]
+
+
 def test_leaf_gaussians_match_a_numpy_reference():
-    X, y = make_classification(n_samples=300, n_features=5, n_informative=3, n_classes=3, random_state=1)
+    X, y = make_classification(n_samples=300, n_features=16, n_informative=3, n_classes=3, random_state=1)
     sw = np.random.default_rng(1).random(300) + 0.5
     clf = FERLClassifier(random_state=1).fit(X, y, sample_weight=sw)
     t, g = clf.tree_, clf.leaf_gaussians_
@@ -48,7 +73,7 @@ def test_leaf_gaussians_match_a_numpy_reference():
     np.testing.assert_allclose(g.scale, scale, rtol=1e-10)
     U = (X - center) / scale
     phi0 = t.firing(X, False, np.ones(t.n_nodes))[0] * (sw / sw.mean())[:, None]
-    cov = {}
+    cov, own = {}, _supported(t, phi0, d)
     for o in range(t.n_nodes):  # shrink every node's covariance to its parent's
         w = phi0[:, o]
         mu = np.average(U, axis=0, weights=w)
@@ -58,7 +83,7 @@ def test_leaf_gaussians_match_a_numpy_reference():
         if t.is_leaf[o]:
             j = int(np.flatnonzero(g.leaves == o)[0])
             np.testing.assert_allclose(g.mean[j], mu, atol=1e-9)
-            np.testing.assert_allclose(g.cov[j], cov[o] + RIDGE * np.eye(d), atol=1e-9)
+            np.testing.assert_allclose(g.cov[j], _borrowed(t, own, cov, o), atol=1e-9)
     Z = np.vstack([X[:10], X[:5] + 3.0])
     dev, spread, nll = leaf_terms(g, standardise(Z, g.center, g.scale), np.ones((len(Z), g.leaves.size)))
     for j in range(g.leaves.size):
@@ -93,7 +118,7 @@ def _path_residual(t, U, w, rows, leaf):
 def test_the_reliability_reference_matches_a_numpy_cross_fit():
     """``(tau, lambda)`` from the leaf typicality ``nll_l / d + R_l / 2`` of every fold's rows under
     leaf and free-feature Gaussians refitted without it."""
-    X, y = make_classification(n_samples=300, n_features=4, n_informative=3, n_redundant=0, n_classes=3,
+    X, y = make_classification(n_samples=300, n_features=12, n_informative=3, n_redundant=0, n_classes=3,
                                random_state=2)
     sw = np.random.default_rng(2).random(300) + 0.5
     clf = FERLClassifier(random_state=2).fit(X, y, sample_weight=sw)
@@ -102,6 +127,7 @@ def test_the_reliability_reference_matches_a_numpy_cross_fit():
     U = standardise(X, g.center, g.scale)
     phi0 = t.firing(X, False, np.ones(t.n_nodes))[0] * (sw / sw.mean())[:, None]
     fold = np.arange(len(X)) % CROSS_FIT
+    own = _supported(t, phi0, d)  # decided on all rows, the same in every fold
     values, weights = [], []
     for k in range(CROSS_FIT):
         keep = fold != k
@@ -116,7 +142,7 @@ def test_the_reliability_reference_matches_a_numpy_cross_fit():
             a = 1.0 if o == 0 else w.sum() / (w.sum() + KAPPA * d)
             cov[o] = (mu, a * S + (1 - a) * (cov[t.parent[o]][1] if o else 0))
             if t.is_leaf[o]:
-                C = cov[o][1] + RIDGE * np.eye(d)
+                C = _borrowed(t, own, {q: c[1] for q, c in cov.items()}, o)
                 test = (fold == k) & (phi0[:, o] > 0)
                 v = U[test] - mu
                 d2 = np.einsum("if,fg,ig->i", v, np.linalg.inv(C), v)
@@ -362,3 +388,42 @@ def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypa
     with one_blas_thread():
         assert all(n == 1 for n in blas_threads())
     assert blas_threads() == before
+
+
+def test_the_whitening_of_shared_covariances_is_each_ones_own_bit_for_bit():
+    """Distinct covariances are decomposed once (`ferl._zca`); each leaf gets what a decomposition
+    of its own matrix gives."""
+    from ferl._zca import whitening
+
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(3, 6, 9))
+    distinct = A @ np.swapaxes(A, 1, 2) / 9 + RIDGE * np.eye(6)
+    cov = distinct[[0, 1, 0, 2, 2, 0]]
+    whiten_t, half_share = whitening(cov, RIDGE)
+    for j in range(len(cov)):
+        own_t, own_share = whitening(cov[j:j + 1], RIDGE)
+        assert np.array_equal(whiten_t[j], own_t[0]) and np.array_equal(half_share[j], own_share[0])
+        np.testing.assert_allclose(whiten_t[j].T @ cov[j] @ whiten_t[j], np.eye(6), atol=1e-10)
+    assert whiten_t.flags.c_contiguous
+
+
+def test_small_leaves_share_their_supported_ancestors_covariance():
+    """A leaf below ``SUPPORT d`` holds its nearest supported ancestor's correlations
+    (so the whitening decomposes them once) with its own variances and mean."""
+    X, y = make_classification(n_samples=400, n_features=16, n_informative=4, n_classes=4, random_state=4)
+    clf = FERLClassifier(random_state=4).fit(X, y)
+    t, g = clf.tree_, clf.leaf_gaussians_
+    phi0 = t.firing(X, False, np.ones(t.n_nodes))[0]
+    own = _supported(t, phi0, X.shape[1])
+    first = {}
+    for j, o in enumerate(g.leaves):
+        a = o
+        while not own[a]:
+            a = t.parent[a]
+        first.setdefault(a, j)
+        corr = [c / np.sqrt(np.outer(np.diag(c), np.diag(c))) for c in (g.cov[j], g.cov[first[a]])]
+        np.testing.assert_allclose(corr[0], corr[1], atol=1e-12)
+    assert len(first) < g.leaves.size
+    assert len({m.tobytes() for m in g.mean}) == g.leaves.size
+    assert len({np.diag(c).tobytes() for c in g.cov}) == g.leaves.size
+    assert np.array_equal(g.cov, np.swapaxes(g.cov, 1, 2))  # exactly symmetric: saved as it is
