@@ -49,12 +49,18 @@ CUSTOM_LAYOUT = """\
 
 def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Header and (line number, fields) of the non-empty rows; whitespace around fields removed."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            lines = [(n, [f.strip() for f in row]) for n, row in enumerate(csv.reader(fh), 1) if any(row)]
-    except UnicodeDecodeError as err:
-        raise DataFormatError(f"{path} is not UTF-8 text (byte {err.object[err.start]:#04x} is not UTF-8): "
-                              "save it as UTF-8 (\"CSV UTF-8\" in a spreadsheet)") from err
+    fix = "save it as UTF-8 (\"CSV UTF-8\" in a spreadsheet)"
+    with open(path, newline="", encoding="utf-8-sig") as fh:
+        reader = csv.reader(fh)
+        try:
+            lines = [(n, [f.strip() for f in row]) for n, row in enumerate(reader, 1) if any(row)]
+        except UnicodeDecodeError as err:
+            raise DataFormatError(f"{path} is not UTF-8 text (byte {err.object[err.start]:#04x} is not "
+                                  f"UTF-8): {fix}") from err
+        except csv.Error as err:  # e.g. a field over csv.field_size_limit()
+            raise DataFormatError(f"{path}:{reader.line_num}: not a readable CSV line ({err})") from err
+    if any("\x00" in f for _, row in lines for f in row):
+        raise DataFormatError(f"{path} holds NUL bytes, so it is not UTF-8 text (UTF-16?): {fix}")
     if not lines:
         raise DataFormatError(f"{path} is empty")
     (_, header), rows = lines[0], lines[1:]

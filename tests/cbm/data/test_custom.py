@@ -113,6 +113,18 @@ def test_a_concepts_csv_that_is_not_utf8_is_named(tmp_path):
         load_custom(tmp_path)  # it was a bare UnicodeDecodeError without the file's name
 
 
+@pytest.mark.parametrize("data, message", [
+    ("class,x\na,1\nb,0\n".encode("utf-16-le"), r"concepts.csv holds NUL bytes, so it is not UTF-8"),
+    (b"class,x\na," + b"1" * 200_000 + b"\nb,0\n", r"concepts.csv:2: not a readable CSV line \(field larger"),
+])
+def test_a_concepts_csv_that_csv_cannot_read_is_named(tmp_path, data, message):
+    for c in ("a", "b"):
+        _image(tmp_path / "images" / c / "0.png")
+    (tmp_path / "concepts.csv").write_bytes(data)
+    with pytest.raises(DataFormatError, match=message):
+        load_custom(tmp_path)  # UTF-16 without a BOM: "N fields" on a wrong line; long field: bare csv.Error
+
+
 def test_layout_problems_are_named(tmp_path):
     with pytest.raises(DatasetLayoutError, match="none of these folders holds concepts.csv"):
         load_custom(tmp_path)
