@@ -8,9 +8,17 @@ import numpy as np
 
 from ferl._readout import CredalReadout, Readout, discounted, read_out
 from ferl.evidence import Evidence
-from ferl.novelty import AnomalousFeature, Novelty
+from ferl.novelty import OOD_KINDS, AnomalousFeature, Novelty
 
 __all__ = ["ReadoutMixin"]
+
+
+def _kind(kind) -> str:
+    """``kind`` when it names an OOD score (`ferl.novelty.OOD_KINDS`), else ValueError (``None``
+    would mean "no score" to `ferl._readout.read_out`)."""
+    if not isinstance(kind, str) or kind not in OOD_KINDS:
+        raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
+    return kind
 
 
 class ReadoutMixin:
@@ -105,7 +113,7 @@ class ReadoutMixin:
         ValueError
             An unknown ``kind``, NaN / inf in X, or a feature count other than ``n_features_in_``.
         """
-        out = self._read(self._check_X(X), score=kind)
+        out = self._read(self._check_X(X), score=_kind(kind))
         return CredalReadout(out.evidence.credal_set, out.evidence, out.score)
 
     # ------------------------------------------------------------------ novelty (ferl.novelty)
@@ -135,7 +143,7 @@ class ReadoutMixin:
         leaf firing); formulas in `ferl.novelty.Novelty.score`, computed without their per-feature
         split (`ferl._ood_score`). ValueError for another kind.
         """
-        return self._read(self._check_X(X), evidence=False, score=kind).score
+        return self._read(self._check_X(X), evidence=False, score=_kind(kind)).score
 
     def anomalous_features(self, X, top_k: int | None = 5) -> list[list[AnomalousFeature]]:
         """The ``top_k`` most novel features of each sample, highest score first.

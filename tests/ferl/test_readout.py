@@ -111,3 +111,12 @@ def test_margins_follow_parameters_changed_after_fit():
     assert after.sum() < before.sum()  # wider margins lose less routing mass
     clf.set_params(support_margin=1.0)
     np.testing.assert_array_equal(clf.ood_score(far, kind="firing"), before)
+
+
+@pytest.mark.parametrize("kind", [None, ["nll"], np.array(["nll"]), "NLL"])
+def test_an_ood_kind_that_is_not_one_of_the_kinds_is_refused(kind):
+    clf, X = _fit("compact")
+    for call in (clf.ood_score, clf.credal_readout):
+        with pytest.raises(ValueError, match="unknown OOD score kind"):
+            call(X[:3], kind)  # None returned None (ood_score) / a read-out without a score; an
+            # array holding "nll" was read as "nll"
