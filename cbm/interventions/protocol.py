@@ -190,14 +190,14 @@ def _write(out: Path, frame: pd.DataFrame, truth: pd.DataFrame, info: dict) -> d
     return files
 
 
-def evaluate_interventions(runs: Sequence[str | os.PathLike], settings: InterventionSettings | None = None,
-                           out: str | os.PathLike | None = None,
+def evaluate_interventions(runs: str | os.PathLike | Sequence[str | os.PathLike],
+                           settings: InterventionSettings | None = None, out: str | os.PathLike | None = None,
                            title: str = "Concept interventions") -> dict:
     """Evaluate every run, write its ``interventions/`` folder, and the combined results into ``out``.
 
     Parameters
     ----------
-    runs : sequence of path-like
+    runs : path-like or sequence of path-like
         Run directories or evaluate-openworld output folders (each fold is a run).
     settings : InterventionSettings, optional
     out : path-like, optional
@@ -218,6 +218,8 @@ def evaluate_interventions(runs: Sequence[str | os.PathLike], settings: Interven
         A missing or invalid run, bad settings, several runs without ``out``.
     """
     settings = settings or InterventionSettings()
+    if isinstance(runs, (str, os.PathLike)):  # one run, not a sequence of one-character runs
+        runs = [runs]
     if not runs:
         raise ValueError("give at least one run directory")
     found = [(label, path, Path(root)) for root in runs for label, path in run_dirs(root)]

@@ -120,3 +120,8 @@ def test_an_open_world_folder_counts_each_fold_as_a_run(tiny_run, tmp_path):
     assert (out / "interventions" / "interventions.md").is_file()
     assert (out / "seed1" / "fold0" / "interventions" / "curves.csv").is_file()
     assert "mean ± std over 2 runs" in (out / "interventions" / "interventions.md").read_text()
+
+
+def test_one_run_given_as_a_path_is_one_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing is not a folder"):
+        evaluate_interventions(str(tmp_path / "missing"))  # was read character by character: "t is not"
