@@ -191,7 +191,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             A parameter outside its constraints (`ferl.presets.PARAMETER_CONSTRAINTS`; the message
             names it), `ccp_alpha` given while pruning is off, NaN or inf in X, empty X, labels of
             another length than X, `sample_weight` of the wrong shape, negative, non-finite or all
-            zero, fewer than two classes (with positive weight), `feature_names` of the wrong
+            zero, fewer than two classes (with positive weight, also relative to the largest
+            weight in float64), `feature_names` of the wrong
             length, a non-constant feature whose variance
             overflows float64 or lies below `ferl.novelty.MIN_VARIANCE` (the message names it;
             rescale X).
@@ -200,7 +201,6 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
         sw = check_sample_weight(sample_weight, X.shape[0])
-        sw, unit = rescale_weights(sw)  # only relative weights matter
         self.classes_, y_enc = np.unique(y, return_inverse=True)
         n_classes = len(self.classes_)
         weighted = np.unique(y_enc[sw > 0])
@@ -209,12 +209,19 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
                 f"FERLClassifier needs at least two classes in y with positive weight; got "
                 f"{len(weighted)} class(es): {self.classes_[weighted].tolist()}"
             )
+        sw, unit = rescale_weights(sw)  # only relative weights matter
+        if len(kept := np.unique(y_enc[sw > 0])) < 2:
+            raise ValueError(
+                f"sample_weight spans more than float64 holds: relative to the largest weight, every "
+                f"weight of class(es) {self.classes_[np.setdiff1d(weighted, kept)].tolist()} underflows "
+                f"to 0; give weights within a ratio of about 1e300"
+            )
         self.feature_names_ = resolve_feature_names(self, feature_names, X.shape[1])
         positive = sw > 0
         rows = positive[:, None]  # the range of the positive-weight rows, without copying them
         self.feature_range_ = np.stack([X.min(axis=0, where=rows, initial=np.inf),
                                         X.max(axis=0, where=rows, initial=-np.inf)], axis=1)
-        settings = growth_settings(self, len(weighted), float(sw.sum()), int(positive.sum()))
+        settings = growth_settings(self, len(kept), float(sw.sum()), int(positive.sum()))
         sets = fixed_partitions(X, sw) if settings.partition == "fixed" else None
         self.partitions_ = sets
         rng = np.random.default_rng(seed_from(self.random_state))

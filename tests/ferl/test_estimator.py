@@ -179,6 +179,9 @@ def test_bad_sample_weight_raises(wine):
     w = np.where(y == 0, 1.0, 0.0)
     with pytest.raises(ValueError, match="at least two classes"):
         FERLClassifier().fit(X, y, sample_weight=w)
+    w = np.where(y == 0, 1e200, 1e-200)  # every weight positive, the other classes' 1e-400 of the largest
+    with pytest.raises(ValueError, match=r"weight of class\(es\) \[1, 2\] underflows to 0"):
+        FERLClassifier().fit(X, y, sample_weight=w)  # it said "two classes with positive weight; got 1"
 
 
 def test_bad_predict_input_raises(wine):
