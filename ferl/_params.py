@@ -96,8 +96,8 @@ def _accepts(entry, value) -> bool:
     return value is None if entry is None else entry.accepts(value)
 
 
-def check_params(est, constraints: dict) -> None:
-    """Check ``est.get_params(deep=False)`` against ``constraints``.
+def check_params(est, constraints: dict, names=None) -> None:
+    """Check ``est.get_params(deep=False)`` (or the parameters ``names`` alone) against ``constraints``.
 
     Parameters
     ----------
@@ -106,6 +106,9 @@ def check_params(est, constraints: dict) -> None:
         subclass may add parameters).
     constraints : dict of str to list
         What each parameter may be: a list of `Range`, `Options`, `BOOLEAN`, `RANDOM_STATE` or None.
+    names : iterable of str, default=None
+        Check only these parameters, read as attributes (cheaper than ``get_params``; for the
+        parameters an estimator reads again after fit).
 
     Raises
     ------
@@ -113,7 +116,8 @@ def check_params(est, constraints: dict) -> None:
         A parameter that satisfies none of its entries (the message names the parameter, its value
         and what is allowed); a ValueError and a TypeError.
     """
-    for name, value in est.get_params(deep=False).items():
+    params = est.get_params(deep=False) if names is None else {n: getattr(est, n) for n in names}
+    for name, value in params.items():
         allowed = constraints.get(name)
         if allowed is not None and not any(_accepts(entry, value) for entry in allowed):
             texts = ["None" if entry is None else str(entry) for entry in allowed]

@@ -31,6 +31,10 @@ from ferl.typicality import fit_leaf_gaussians
 
 __all__ = ["FERLClassifier", "PRESETS"]
 
+#: The parameters the read-out reads (they may be set after fit, so the read-out checks them too).
+READ_PARAMS = ("bounded_support", "support_margin", "min_width", "novelty_discount", "evidence_nodes",
+               "combination")
+
 class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin, BaseEstimator):
     """Fast Evidential Rule Learning: a fuzzy rule tree with a Dempster-Shafer read-out.
 
@@ -241,6 +245,9 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     # ------------------------------------------------------------------ inference
     def _check_X(self, X):
         check_is_fitted(self, "tree_")
+        # the parameters read at inference may be set after fit: checked when they change
+        self.tree_.derived("read_params", tuple(getattr(self, n) for n in READ_PARAMS),
+                           lambda: check_params(self, PARAMETER_CONSTRAINTS, READ_PARAMS))
         if (type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2 and X.shape[0] > 0
                 and X.shape[1] == self.n_features_in_ and not hasattr(self, "feature_names_in_")):
             with np.errstate(over="ignore"):  # a sum of large finite inputs may overflow

@@ -120,3 +120,17 @@ def test_an_ood_kind_that_is_not_one_of_the_kinds_is_refused(kind):
         with pytest.raises(ValueError, match="unknown OOD score kind"):
             call(X[:3], kind)  # None returned None (ood_score) / a read-out without a score; an
             # array holding "nll" was read as "nll"
+
+
+@pytest.mark.parametrize("name, value", [("novelty_discount", "no"), ("bounded_support", "no"),
+                                         ("support_margin", -1.0), ("min_width", 0.0),
+                                         ("evidence_nodes", "foo")])
+def test_read_out_parameters_set_after_fit_are_checked(name, value):
+    clf, X = _fit("compact")
+    before = clf.predict_proba(X[:5])
+    clf.set_params(**{name: value})
+    for call in (clf.predict_proba, clf.credal_readout, clf.ood_score):
+        with pytest.raises(ValueError, match=f"The '{name}' parameter of FERLClassifier must be"):
+            call(X[:5])  # they were read as they came: "no" switched the discount on, "foo" gave all nodes
+    clf.set_params(**{name: FERLClassifier().get_params()[name]})
+    np.testing.assert_array_equal(clf.predict_proba(X[:5]), before)
