@@ -206,8 +206,11 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
     cov = np.zeros((leaves.size, d, d))
     cov[:, rows, cols] = fields.pop("cov_tril")
     cov[:, cols, rows] = cov[:, rows, cols]
-    if leaves.size and np.linalg.eigvalsh(cov).min() < RIDGE / 2:
-        _corrupted(path, "a leaf covariance is not positive definite")
+    # every variance holds the ridge; a leaf that borrows its ancestor's correlations
+    # (`ferl.typicality`) can have eigenvalues far below it, so the check is definiteness itself
+    if leaves.size and (np.diagonal(cov, axis1=1, axis2=2).min() < RIDGE * (1 - 1e-9)
+                        or np.linalg.eigvalsh(cov).min() <= 0):
+        _corrupted(path, "a leaf covariance is not positive definite or lost its ridge")
     return LeafGaussians(**{k: np.asarray(v, dtype=np.float64) if k != "leaves" else v
                             for k, v in fields.items()}, cov=cov)
 

@@ -10,7 +10,7 @@ from sklearn.datasets import load_wine, make_classification
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler
 
-from ferl import FERLClassifier, persist
+from ferl import FERLClassifier, persist, typicality
 from ferl._tree import support_gate
 from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.metrics import ood_auroc
@@ -377,6 +377,23 @@ def test_loading_a_model_saved_without_the_leaf_gaussians_raises(tmp_path, wine_
     persist.write_model(tmp_path / "old", meta, arrays)
     with pytest.raises(ValueError, match="lacks the leaf Gaussian arrays.*refit"):
         FERLClassifier.load(tmp_path / "old")
+
+
+def test_a_model_whose_leaves_borrow_correlations_loads(tmp_path):
+    """A leaf below ``SUPPORT d`` borrows its ancestor's correlations, so its covariance can have
+    eigenvalues below the ridge (its variances keep it). The loader refused such models as
+    "not positive definite" (``make demo`` and ``predict`` failed on fit-head's FERL-deep heads)."""
+    rng = np.random.default_rng(0)
+    signature = rng.random((12, 20)) < 0.5
+    y = np.repeat(np.arange(12), 20)
+    base = np.clip(signature[y] + rng.normal(0, 0.2, (y.size, 20)), 0, 1)
+    X = np.hstack([base, base + rng.normal(0, 0.001, base.shape)])  # each concept twice: correlation ~ 1
+    model = FERLClassifier("deep", random_state=0, min_width=0.5, min_samples_leaf=1, rules_per_class=8.0)
+    model.fit(X, y)
+    assert np.linalg.eigvalsh(model.leaf_gaussians_.cov).min() < typicality.RIDGE / 2
+    model.save(tmp_path / "m")
+    loaded = FERLClassifier.load(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.ood_score(X), model.ood_score(X))
 
 
 @pytest.mark.parametrize("edit", ["not_pd", "nan_mean", "wrong_leaves", "bad_width"])
