@@ -1,18 +1,15 @@
 """The totals-only OOD score and the one-pass credal read-out against the per-feature novelty they
 replace in `ood_score` (`ferl._ood_score`, `ferl._leaf_readout`, `FERLClassifier.credal_readout`)."""
 
-from contextlib import nullcontext
 
 import numpy as np
 import pytest
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler
-from threadpoolctl import threadpool_info, threadpool_limits
 
 import ferl._leaf_readout as leaf_readout
 import ferl.typicality as typicality
 from ferl import FERLClassifier
-from ferl._blas import one_blas_thread
 from ferl._ood_score import TOTAL_KINDS, score_totals
 from ferl._readout import read_out
 from ferl.benchmarks.keel import default_data_root, load_keel
@@ -90,15 +87,3 @@ def test_unknown_kind_is_refused_by_the_one_pass_read_out():
     with pytest.raises(ValueError, match="score_totals computes"):
         score_totals(clf.tree_, clf.leaf_gaussians_, X, clf.tree_.sparse_firing(X, True, clf._gate_margin()),
                      "ignorance")
-
-
-def test_one_blas_thread_limits_only_a_pool_of_several_threads():
-    def blas_threads():
-        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
-
-    with threadpool_limits(1, user_api="blas"):
-        assert isinstance(one_blas_thread(), nullcontext)  # nothing to limit, nothing to restore
-    before = blas_threads()
-    with one_blas_thread():
-        assert all(n == 1 for n in blas_threads())
-    assert blas_threads() == before

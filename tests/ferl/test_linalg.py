@@ -1,0 +1,53 @@
+"""The linear-algebra helpers: BLAS on one thread (`ferl._blas`), shared whitenings (`ferl._zca`)."""
+
+from contextlib import nullcontext
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+import ferl.typicality as typ
+from ferl._blas import one_blas_thread
+from ferl._zca import whitening
+from ferl.typicality import RIDGE
+
+
+def blas_threads():
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+def test_one_blas_thread_limits_only_a_pool_of_several_threads():
+    with threadpool_limits(1, user_api="blas"):
+        assert isinstance(one_blas_thread(), nullcontext)  # nothing to limit, nothing to restore
+    before = blas_threads()
+    with one_blas_thread():
+        assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
+
+
+def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypatch, wine_deep, wine):
+    """OpenBLAS's thread pool doubled the leaf Gaussians' CPU time (`ferl._blas`): their BLAS calls
+    run on one thread, and the pool's size is back afterwards."""
+    before = blas_threads()
+    seen = []
+    kernel = typ._leaf_kernel
+    monkeypatch.setattr(typ, "_leaf_kernel", lambda *a: (seen.append(blas_threads()), kernel(*a))[1])
+    wine_deep.anomalous_features(wine[1][:20])  # the per-feature split of the score (`leaf_terms`)
+    assert seen and all(n == 1 for n in seen[0])
+    with one_blas_thread():
+        assert all(n == 1 for n in blas_threads())
+    assert blas_threads() == before
+
+
+def test_the_whitening_of_shared_covariances_is_each_ones_own_bit_for_bit():
+    """Distinct covariances are decomposed once (`ferl._zca`); each leaf gets what a decomposition
+    of its own matrix gives."""
+    rng = np.random.default_rng(3)
+    A = rng.normal(size=(3, 6, 9))
+    distinct = A @ np.swapaxes(A, 1, 2) / 9 + RIDGE * np.eye(6)
+    cov = distinct[[0, 1, 0, 2, 2, 0]]
+    whiten_t, half_share = whitening(cov, RIDGE)
+    for j in range(len(cov)):
+        own_t, own_share = whitening(cov[j:j + 1], RIDGE)
+        assert np.array_equal(whiten_t[j], own_t[0]) and np.array_equal(half_share[j], own_share[0])
+        np.testing.assert_allclose(whiten_t[j].T @ cov[j] @ whiten_t[j], np.eye(6), atol=1e-10)
+    assert whiten_t.flags.c_contiguous
