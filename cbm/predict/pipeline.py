@@ -299,9 +299,9 @@ class Pipeline:
         rows, index = [], np.cumsum(ok) - 1
         if X.shape[0]:
             model = self.head.model_
-            ev = model.evidence(X)
+            read = model.credal_readout(X, self.threshold["kind"])  # one firing pass for the three
+            ev, ood = read.evidence, read.ood_score
             proba, sets, mass = ev.pignistic, ev.credal_set, ev.mass
-            ood = model.ood_score(X, self.threshold["kind"])
             attrs = model.anomalous_features(X, top_k=self.top_k)
         classes = [str(c) for c in self.head.classes_]
         for i in range(n):
