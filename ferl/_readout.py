@@ -6,7 +6,7 @@ number of rows; per chunk the sparse firings (`ferl._firing.sparse_firing`) feed
 score alone (`ferl._ood_score.score_totals`, no per-feature split) that the call asks for, and the
 chunks' outputs are concatenated. With the novelty discount the evidence
 combines the firings discounted by each source's reliability (`ferl.evidence.discount`,
-`ferl.typicality.source_reliability`), from the leaf typicality scores of the same pass
+`ferl._reliability.source_reliability`), from the leaf typicality scores of the same pass
 (`ferl.novelty.leaf_typicality`).
 """
 
@@ -18,10 +18,11 @@ import numpy as np
 
 from ferl._firing import Firing
 from ferl._ood_score import TOTAL_KINDS, score_totals
+from ferl._reliability import source_reliability
 from ferl._tree import FuzzyTree
 from ferl.evidence import Evidence, combine_sparse, discount
 from ferl.novelty import OOD_KINDS, Novelty, analyse, leaf_typicality
-from ferl.typicality import LeafGaussians, source_reliability
+from ferl.typicality import LeafGaussians
 
 __all__ = ["CHUNK", "CredalReadout", "Readout", "discounted", "read_out"]
 
@@ -83,7 +84,7 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
     Firing
         ``fired`` with ``phi`` replaced by ``r_o(x) phi_o(x)``.
     ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
-        The reliabilities ``r_o(x)`` (`ferl.typicality.source_reliability`).
+        The reliabilities ``r_o(x)`` (`ferl._reliability.source_reliability`).
     """
     phi0 = fired.dense(fired.phi0)
     score = leaf_typicality(tree, leaves, X, fired, leaf_nll)

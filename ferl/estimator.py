@@ -108,7 +108,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         Gate margin as a multiple of the node-local observed range (the paper's default is 1).
     novelty_discount : bool, default=False
         Discount every evidence source's mass by how typical the input is for it (beyond the
-        paper; `ferl.evidence.discount`, reliability `ferl.typicality.source_reliability`): a
+        paper; `ferl.evidence.discount`, reliability `ferl._reliability.source_reliability`): a
         source's firing ``phi_o`` becomes ``r_o(x) phi_o`` with ``r_o = 1`` for inputs as typical
         as 90 % of the (cross-fitted) training inputs, so that near-OOD inputs, which still fire
         rules, get ignorance, wider credal sets and abstentions. Read at inference. False keeps

@@ -38,7 +38,8 @@ The input's score averages the leaves by their ungated firing (which sums to one
 source for ``x`` when its *typicality score* ``s_l(x) = nll_l(x) / d + R_l(x) / 2`` (the leaf's
 part of the default ``nll`` OOD score of `ferl.novelty`: its Gaussian's NLL per feature plus half
 the paper's free-feature residual along its path, `ferl._leaf_paths`) is no larger than for
-typical training inputs: ``r_l(x) = exp(-max(0, s_l(x) - tau) / lambda)``. ``tau`` and ``lambda``
+typical training inputs: ``r_l(x) = exp(-delta min(s_l, tau) / tau - max(0, s_l - tau) / lambda)``
+(``delta`` = `ferl._reliability.TYPICAL_DISCOUNT`). ``tau`` and ``lambda``
 come from the *cross-fitted* scores of the training inputs (the leaf Gaussians and the free-feature
 Gaussians refitted without each of `CROSS_FIT` interleaved folds, on the same tree, and evaluated
 on that fold, so that the reference is honest out-of-sample): ``tau`` is their firing-weighted
@@ -55,11 +56,11 @@ and 37.0 % rejection at 95 % acceptance, the residual 92.2 and 49.0 %). Quantile
 81.9; (0.5, 0.95) -, 32.3 / 7.6 / 82.9; (0.9, 0.96) 41.1 / 4.9 / 74.3, 30.2 / 3.6 / 66.8. The [1]
 quantile sets how many typical inputs lose their credal singleton, the [0] quantile how far below
 it the ignorance still ranks inputs. Chosen: (0.9, 0.96), the only setting with both 40 % held-out
-and 5 % retained abstention on folds 0-1 that keeps ``r = 1`` for 90 % of typical inputs (a lower
+and 5 % retained abstention on folds 0-1 that keeps ``r`` near 1 for 90 % of typical inputs (a lower
 [0] quantile ranks better, AUROC +7, but moves the ignorance of typical inputs); seed 1 fold 2
-abstains on about 30 % of its held-out images whatever the quantiles. On 30 KEEL sets x 5 folds
-(FERL-deep, ``scripts/bench_novelty_tabular.py``) it moves accuracy 83.30 -> 83.35, set coverage
-90.73 -> 91.51 and mean set size 1.495 -> 1.608 (the former (0.9, 0.99) on ``nll_l``: +0.47 coverage).
+abstains on about 30 % of its held-out images whatever the quantiles.
+
+`ferl._reliability` says how ``delta`` was chosen.
 """
 
 from __future__ import annotations
@@ -357,42 +358,3 @@ def leaf_terms(model: LeafGaussians, U: np.ndarray, phi0: np.ndarray):
     with one_blas_thread():
         return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten_t,
                             model.half_share, model.half_share.sum(axis=1), BLAS_ROWS)
-
-
-def reliability(model: LeafGaussians, score: np.ndarray) -> np.ndarray:
-    """``r_l(x) = exp(-max(0, s_l(x) - tau) / lambda)`` of leaf typicality scores ``s_l`` (module
-    docstring; `ferl.novelty.leaf_typicality`), same shape as ``score``, in [0, 1] (0 only where the
-    exponential underflows, far off the training data)."""
-    tau, width = model.reliability
-    return np.exp(-np.maximum(score - tau, 0.0) / width)
-
-
-def source_reliability(tree: FuzzyTree, model: LeafGaussians, phi0: np.ndarray,
-                       score: np.ndarray) -> np.ndarray:
-    """Reliability of every node as an evidence source, shape (n, n_nodes), in [0, 1].
-
-    A leaf's is `reliability` of its own typicality score; an internal node's is the ``phi0``-weighted mean
-    of the reliabilities of the leaves below it (its firing with the gates off is the sum of
-    theirs), i.e. how typical the input is of the region the node covers, at the leaves'
-    resolution; 1 where none of them fires.
-
-    Parameters
-    ----------
-    tree : FuzzyTree
-    model : LeafGaussians
-    phi0 : ndarray of shape (n, n_nodes)
-        Ungated firing of every node.
-    score : ndarray of shape (n, L)
-        Leaf typicality scores (`ferl.novelty.leaf_typicality`).
-    """
-    n = phi0.shape[0]
-    num = np.zeros((n, tree.n_nodes))
-    den = np.zeros((n, tree.n_nodes))
-    num[:, model.leaves] = phi0[:, model.leaves] * reliability(model, score)
-    den[:, model.leaves] = phi0[:, model.leaves]
-    for o in range(tree.n_nodes - 1, 0, -1):  # children after parents: accumulate bottom-up
-        num[:, tree.parent[o]] += num[:, o]
-        den[:, tree.parent[o]] += den[:, o]
-    out = np.ones((n, tree.n_nodes))
-    np.divide(num, den, out=out, where=den > 0)
-    return np.clip(out, 0.0, 1.0)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
+from ferl._reliability import TYPICAL_DISCOUNT
 from ferl.evidence import combine, discount
 from ferl.free_gaussians import VAR_FLOOR
 from ferl.novelty import leaf_typicality
@@ -193,7 +194,7 @@ def test_a_leaf_fitted_exactly_gives_finite_scores_and_trusts_its_own_points():
     clf = FERLClassifier(random_state=0, novelty_discount=True).fit(X, y)
     probes = np.vstack([X[::25], X[::25] + [0, 0, 0.3]])
     assert np.isfinite(clf.ood_score(probes)).all()
-    np.testing.assert_array_equal(clf._reliability(X[::25])[:, clf.tree_.is_leaf].min(), 1.0)
+    assert clf._reliability(X[::25])[:, clf.tree_.is_leaf].min() >= 1.0 - TYPICAL_DISCOUNT
     ev = clf.evidence(probes)
     assert (ev.ignorance[4:] > ev.ignorance[:4]).all()
     assert np.isfinite(ev.mass).all()
@@ -365,46 +366,6 @@ def test_discounted_evidence_keeps_the_algebra_on_fitted_models(seed, variant, s
     t, g = clf.tree_, clf.leaf_gaussians_
     score = leaf_typicality(t, g, Z, t.sparse_firing(Z, False, np.ones(t.n_nodes)))
     assert np.isfinite(score).all() and (score >= 0).all()
-
-
-def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypatch, correlated):
-    """OpenBLAS's thread pool doubled the leaf Gaussians' CPU time (`ferl._blas`): their BLAS calls
-    run on one thread, and the pool's size is back afterwards."""
-    from threadpoolctl import threadpool_info
-
-    import ferl.typicality as typ
-    from ferl._blas import one_blas_thread
-
-    def blas_threads():
-        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
-
-    before = blas_threads()
-    seen = []
-    kernel = typ._leaf_kernel
-    monkeypatch.setattr(typ, "_leaf_kernel", lambda *a: (seen.append(blas_threads()), kernel(*a))[1])
-    clf, X, _ = correlated
-    clf.anomalous_features(X[:20])  # the per-feature split of the score (`leaf_terms`)
-    assert seen and all(n == 1 for n in seen[0])
-    with one_blas_thread():
-        assert all(n == 1 for n in blas_threads())
-    assert blas_threads() == before
-
-
-def test_the_whitening_of_shared_covariances_is_each_ones_own_bit_for_bit():
-    """Distinct covariances are decomposed once (`ferl._zca`); each leaf gets what a decomposition
-    of its own matrix gives."""
-    from ferl._zca import whitening
-
-    rng = np.random.default_rng(3)
-    A = rng.normal(size=(3, 6, 9))
-    distinct = A @ np.swapaxes(A, 1, 2) / 9 + RIDGE * np.eye(6)
-    cov = distinct[[0, 1, 0, 2, 2, 0]]
-    whiten_t, half_share = whitening(cov, RIDGE)
-    for j in range(len(cov)):
-        own_t, own_share = whitening(cov[j:j + 1], RIDGE)
-        assert np.array_equal(whiten_t[j], own_t[0]) and np.array_equal(half_share[j], own_share[0])
-        np.testing.assert_allclose(whiten_t[j].T @ cov[j] @ whiten_t[j], np.eye(6), atol=1e-10)
-    assert whiten_t.flags.c_contiguous
 
 
 def test_small_leaves_share_their_supported_ancestors_covariance():
