@@ -1,43 +1,23 @@
-"""Compiled fit of the leaf Gaussians (`ferl.typicality`): node moments with their fold-out
-versions, shrinkage along the tree, and the cross-fitted leaf NLLs, in one pass (numba).
+"""Compiled fit of the leaf Gaussians (`ferl.typicality`): the pooled within-leaf covariance, each
+leaf's moments with their fold-out versions shrunk to it, and the cross-fitted leaf NLLs (numba).
 
-One pass replaced a per-node loop of numpy calls whose Python overhead dominated small trees
-(``scripts/bench_scale.py --sections keel``: the leaf Gaussians of wine's FERL-deep went from 25 ms to
-4 ms CPU, identical to 1e-15); memory beyond the outputs is one set of moments and of fold-out
-Cholesky factors per tree level.
+Compiled passes replaced a per-node loop of numpy calls whose Python overhead dominated small trees
+(the leaf Gaussians of wine's FERL-deep went from 25 ms to 4 ms CPU, identical to 1e-15). Per leaf
+and fold the sums are taken on rows centred at the leaf's mean, so a fold-out moment costs no pass
+over the rows; memory beyond the outputs is one set of moments and the pooled covariances.
 
-A node below ``SUPPORT d`` (`ferl.typicality`) gets its mean and variances only (the
-diagonal of the second moments) and borrows the correlations of its nearest supported ancestor's
-slot; its fold-out NLLs scale the row by the leaf's own standard deviations and solve with the
-Cholesky factor of those correlations, computed when a leaf first needs it (for the folds its rows
-fall in): the factorisations run once per distinct covariance or correlation matrix. On the
-CUB-shaped set (``scripts/bench_scale.py --sections cub --rule-budgets 400``: N = 6,000, d = 112,
-200 classes, 717 leaves, 200 distinct correlation matrices) the pass went from 0.82 s to 0.31 s
-CPU and the whole FERL-deep fit from 3.08 s to 1.66 s (one run each; CART 0.87 / 0.83 s);
-decomposing each leaf's own matrix cannot get there (its batched ``eigh`` alone took 0.85 s of a
-3.5 s fit).
+A leaf below ``SUPPORT d`` (`ferl.typicality`) gets its mean and variances only (the diagonal of
+its second moments) and the pooled correlations; its fold-out NLLs scale the row by the leaf's own
+standard deviations and solve with the Cholesky factor of the pooled correlations, factorised once
+per fold for all such leaves. On the CUB-shaped set (N = 6,000, d = 112, 200 classes, 717
+leaves; ``python scripts/bench_scale.py --sections cub``) the FERL-deep fit takes 1.7-1.9 s CPU on
+a loaded machine (CART 1.1-1.2 s there).
 
-``SUPPORT`` chosen by measurement, before -> ``SUPPORT = KAPPA / 2`` (kept) | ``SUPPORT = KAPPA``
-(FERL-deep; "refit": the old model with another bootstrap seed, ``random_state`` + 100, the noise):
-
-* CUB-50 open world, real concepts (``scripts/bench_openworld_novelty.py`` on the 5 folds of seed 0
-  of ``configs/openworld/cub50_lite0.yaml``'s run): ``nll`` AUROC 66.3 -> 65.9 | 65.6 (per fold
-  -0.4, -0.2, -0.5, -0.9, +0.1 | -0.7, 0.0, -2.0, -0.8, +0.3; refit 65.8); discounted ignorance
-  58.0 -> 57.7 | 57.8 (refit 60.3); abstention with the discount, held-out / retained test 22.2 /
-  9.7 -> 21.4 / 9.6 | 21.6 / 9.7. Borrowing the whole covariance at ``KAPPA d`` (variances too)
-  did worse: 65.4 (lower on every fold), 57.6, 20.6 / 9.0.
-* Synthetic open world (seed 0 folds 0-1; ``synthetic_more`` seed 1 fold 2): ``nll`` AUROC 92.0 ->
-  91.9 | 91.6 (refit 92.7), 87.2 -> 87.2 | 87.3 (88.3); discounted ignorance 74.3 -> 74.6 | 74.1
-  (79.0), 66.8 -> 67.3 | 67.9 (77.4); abstention held-out / retained 41.1 / 4.9 -> 41.7 / 5.1 |
-  40.6 / 5.2, and 30.2 / 3.6 unchanged; attribute naming p@3 66.3 -> 66.5 | 66.1.
-* KEEL, 10 sets x 5 folds (``scripts/bench_novelty_tabular.py --datasets wine glass ecoli vehicle
-  yeast cleveland newthyroid segment sonar ionosphere``; OOD on the 8 multiclass ones): ``nll``
-  AUROC 78.52 -> 78.43 | 78.27 (worst set cleveland -0.5 | -1.5); discounted ignorance 68.25 ->
-  68.18 | 68.11; with the discount, accuracy / coverage / set size 77.85 / 88.57 / 1.937 -> 77.91 /
-  88.60 / 1.935 | 77.88 / 88.51 / 1.933.
-
-``KAPPA / 2`` moves the novelty numbers less than a refit does, at about 0.2 s more leaf fit than
-``KAPPA`` on the CUB-shaped set (92 distinct matrices there).
+``SUPPORT = KAPPA / 2`` was chosen when the shrinkage target was the parent's covariance (against
+``KAPPA`` and none, FERL-deep, a refit with another bootstrap seed as the noise): CUB-50 ``nll``
+AUROC (seed 0 folds) 66.3 without it -> 65.9 at ``KAPPA / 2`` | 65.6 at ``KAPPA`` (refit 65.8);
+synthetic 92.0 -> 91.9 | 91.6 (refit 92.7); KEEL, 10 sets 78.52 -> 78.43 | 78.27: within a
+refit's noise, at a fraction of the factorisations.
 """
 
 from __future__ import annotations
@@ -131,24 +111,6 @@ def _moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out, s1,
 
 
 @njit(cache=True)
-def _shrunk(count, mean, S, prior_mean, prior_cov, kappa, out_mean, out_cov):
-    """``a S + (1 - a) prior_cov`` with ``a = count / (count + kappa)`` into ``out_cov`` (``S``'s lower
-    triangle read, both written), ``mean`` into ``out_mean``; no weight gives the prior."""
-    d = S.shape[0]
-    if count <= 0.0:
-        out_mean[:] = prior_mean
-        out_cov[:] = prior_cov
-        return
-    a = count / (count + kappa)
-    out_mean[:] = mean
-    for f in range(d):
-        for g in range(f + 1):
-            v = a * S[f, g] + (1.0 - a) * prior_cov[f, g]
-            out_cov[f, g] = v
-            out_cov[g, f] = v
-
-
-@njit(cache=True)
 def _cholesky(A, floor):
     """Lower Cholesky factor of ``A = S + floor I`` (LAPACK). Where rounding left ``S`` indefinite
     (fold-out moments cancel when the sample weights span some 1e150), the factor with every pivot
@@ -170,20 +132,6 @@ def _cholesky(A, floor):
 
 
 @njit(cache=True)
-def _shrunk_diag(count, mean, S, prior_mean, prior_var, kappa, out_mean, out_var):
-    """The diagonal of `_shrunk`: ``a S_ff + (1 - a) prior_var_f`` into ``out_var`` (``S``'s diagonal
-    read), ``mean`` into ``out_mean``; no weight gives the prior."""
-    if count <= 0.0:
-        out_mean[:] = prior_mean
-        out_var[:] = prior_var
-        return
-    a = count / (count + kappa)
-    out_mean[:] = mean
-    for f in range(S.shape[0]):
-        out_var[f] = a * S[f, f] + (1.0 - a) * prior_var[f]
-
-
-@njit(cache=True)
 def _correlation(C, ridge, out):
     """The correlations of ``C + ridge I`` into ``out``; returns the smallest pivot its Cholesky
     factor can have (``ridge / max_f (C_ff + ridge)``, its smallest eigenvalue's lower bound)."""
@@ -201,8 +149,76 @@ def _correlation(C, ridge, out):
 
 
 @njit(cache=True)
+def _fold_totals(s1, s2, own, t1, t2):
+    """Sums over the folds of ``s1`` into ``t1`` and of ``s2`` into ``t2`` (its lower triangle when
+    ``own``, else its diagonal)."""
+    n_folds, d = s1.shape
+    for f in range(d):
+        acc = 0.0
+        for k in range(n_folds):
+            acc += s1[k, f]
+        t1[f] = acc
+        for g in range(f + 1):
+            if g < f and not own:
+                continue
+            acc = 0.0
+            for k in range(n_folds):
+                acc += s2[k, f, g]
+            t2[f, g] = acc
+
+
+@njit(cache=True)
+def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
+    """The pooled within-leaf covariance on all rows (index 0) and without each fold (``1 + k``),
+    shape (n_folds + 1, d, d), symmetric: every leaf's weighted scatter about its own mean, summed,
+    over the summed soft counts; the identity where no leaf has weight."""
+    d = U.shape[1]
+    K1 = n_folds + 1
+    P = np.zeros((K1, d, d))
+    N = np.zeros(K1)
+    node_count = np.empty(1)
+    node_mean = np.empty(d)
+    s1 = np.empty((n_folds, d))
+    s2 = np.empty((n_folds, d, d))
+    t1 = np.empty(d)
+    t2 = np.empty((d, d))
+    shift = np.empty(d)
+    for o in range(feature.shape[0]):
+        if feature[o] >= 0:
+            continue
+        entries = np.arange(start[o], start[o] + count[o])
+        s0 = _moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, True)
+        total = node_count[0]
+        if total <= 0.0:
+            continue
+        _fold_totals(s1, s2, True, t1, t2)
+        N[0] += total
+        for f in range(d):
+            for g in range(f + 1):
+                P[0, f, g] += t2[f, g]
+        for k in range(n_folds):  # the scatter about the fold-out mean: minus out0 shift shift'
+            out0 = total - s0[k]
+            if out0 <= 0.0:
+                continue
+            N[1 + k] += out0
+            for f in range(d):
+                shift[f] = (t1[f] - s1[k, f]) / out0
+            for f in range(d):
+                for g in range(f + 1):
+                    P[1 + k, f, g] += t2[f, g] - s2[k, f, g] - out0 * shift[f] * shift[g]
+    for k in range(K1):
+        for f in range(d):
+            for g in range(f + 1):
+                v = P[k, f, g] / N[k] if N[k] > 0.0 else (1.0 if f == g else 0.0)
+                if g == f:
+                    v = max(v, 0.0)  # rounding (weights spanning 1e300) cannot make it negative
+                P[k, f, g] = P[k, g, f] = v
+    return P
+
+
+@njit(cache=True)
 def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, leaf_index, kappa_d,
-                support_d, ridge, fold, n_folds):
+               support_d, ridge, fold, n_folds):
     """Leaf means and covariances (ridge included) and the cross-fitted leaf NLLs of the training rows,
     in one compiled depth-first pass over the nodes (`ferl.typicality._fit_nodes` documents the model).
 
@@ -219,10 +235,9 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     leaf_index : ndarray of shape (n_nodes,), int64
         Position of each leaf among the leaves, -1 elsewhere.
     kappa_d : float
-        Pseudo-count of the shrinkage of a non-root node to its parent.
+        Pseudo-count of the shrinkage of a leaf's covariance to the pooled within-leaf covariance.
     support_d : float
-        Soft count a node (of a supported parent) needs for correlations of its own; below it, it
-        borrows its parent's.
+        Soft count a leaf needs for correlations of its own; below it, the pooled ones.
     ridge : float
         Ridge added to a leaf's fold-out covariance before its NLLs.
     fold : ndarray of shape (n,), int64 in [0, n_folds)
@@ -248,26 +263,21 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         if feature[o] < 0:
             n_leaves += 1
             n_values += count[o]
-    # per depth, the node on the current path: mean, variances and (supported nodes only)
-    # covariance on all rows (index 0) and without each fold (1 + k); a node's prior is its
-    # parent's, one level up; an unsupported node's correlations are those of slot src[t]
     K1 = n_folds + 1
-    n_slots = depth.max() + 2
-    bm = np.zeros((n_slots, K1, d))
-    bv = np.ones((n_slots, K1, d))  # the root's prior: the standard normal
-    bc = np.zeros((n_slots, K1, d, d))
-    for k in range(K1):
+    pooled = _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds)
+    # the small leaves' correlations: the pooled ones (ridge added); per fold, their Cholesky factor
+    A = np.empty((d, d))
+    corr = np.empty((d, d))
+    _correlation(pooled[0], ridge, corr)
+    shared = np.empty((n_folds, d, d))
+    shared_half = np.zeros(n_folds)
+    for k in range(n_folds):
+        shared[k] = _cholesky(A, _correlation(pooled[1 + k], ridge, A))
         for f in range(d):
-            bc[0, k, f, f] = 1.0
-    src = np.zeros(n_slots, dtype=np.int64)
-    supported = np.zeros(n_slots, dtype=np.bool_)
-    supported[0] = True
-    # per slot and fold, computed when a leaf first needs it: the Cholesky factor of the fold-out
-    # covariance (ridge added) for the slot's own leaf, of its correlations for the leaves that
-    # borrow them; a supported node that takes the slot invalidates them
-    chol = np.empty((n_slots, n_folds, d, d))
-    half_logdet = np.empty((n_slots, n_folds))
-    valid = np.zeros((n_slots, n_folds), dtype=np.bool_)
+            shared_half[k] += np.log(shared[k, f, f])
+    # per depth, the mean of the node on the current path, on all rows (index 0) and without each
+    # fold (1 + k); a node without weight takes its parent's
+    bm = np.zeros((depth.max() + 2, K1, d))
     leaf_mean = np.empty((n_leaves, d))
     leaf_cov = np.empty((n_leaves, d, d))
     values = np.empty(n_values)
@@ -277,112 +287,96 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     node_mean = np.empty(d)
     s1 = np.empty((n_folds, d))
     s2 = np.empty((n_folds, d, d))
-    S = np.empty((d, d))
     t1 = np.empty(d)
     t2 = np.empty((d, d))
-    shift = np.empty(d)
-    v = np.empty(d)
+    var = np.empty((K1, d))  # a small leaf's shrunk variances
+    full = np.empty((K1, d, d))  # a supported leaf's shrunk covariance
+    chol = np.empty((n_folds, d, d))
+    half_logdet = np.empty(n_folds)
+    valid = np.zeros(n_folds, dtype=np.bool_)
     sd = np.empty(d)
-    A = np.empty((d, d))
+    v = np.empty(d)
     log_ridge = 0.5 * d * np.log(ridge)
     for o in depth_first(feature, left, right):
         t = depth[o] + 1  # this node's slot; its parent's is t - 1
-        kappa = kappa_d if o else 0.0
+        leaf = feature[o] < 0
         entries = np.arange(start[o], start[o] + count[o])
-        # supported: the root, or a node of a supported parent whose soft count reaches support_d
-        own = o == 0 or (supported[t - 1] and _weight(sw, entries, rows, phi0) >= support_d)
+        own = leaf and _weight(sw, entries, rows, phi0) >= support_d  # decided on all rows
         s0 = _moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, own)
         total = node_count[0]
-        supported[t] = own
-        src[t] = t if own else src[t - 1]
-        if own:
-            valid[t] = False
-        for f in range(d):
-            acc = 0.0
-            for k in range(n_folds):
-                acc += s1[k, f]
-            t1[f] = acc
-            for g in range(f + 1):
-                if g < f and not own:
-                    continue
-                acc = 0.0
-                for k in range(n_folds):
-                    acc += s2[k, f, g]
-                t2[f, g] = acc
-                S[f, g] = acc / total if total > 0.0 else 0.0
-        if own:
-            _shrunk(total, node_mean, S, bm[t - 1, 0], bc[t - 1, 0], kappa, bm[t, 0], bc[t, 0])
-        else:
-            _shrunk_diag(total, node_mean, S, bm[t - 1, 0], bv[t - 1, 0], kappa, bm[t, 0], bv[t, 0])
-        for k in range(n_folds):  # without fold k: the totals minus its sums
-            out0 = total - s0[k]
-            safe = out0 if out0 > 0.0 else 1.0
+        _fold_totals(s1, s2, own, t1, t2)
+        for k in range(K1):  # k = 0: all rows; 1 + k: without fold k (the totals minus its sums)
+            cnt = total if k == 0 else total - s0[k - 1]
+            if cnt <= 0.0:
+                bm[t, k] = bm[t - 1, k]
+                continue
             for f in range(d):
-                shift[f] = (t1[f] - s1[k, f]) / safe
+                shift = 0.0 if k == 0 else (t1[f] - s1[k - 1, f]) / cnt
+                bm[t, k, f] = node_mean[f] + shift
+            if not leaf:
+                continue
+            a = cnt / (cnt + kappa_d)
             for f in range(d):
                 for g in range(f + 1):
                     if g < f and not own:
                         continue
-                    S[f, g] = (t2[f, g] - s2[k, f, g]) / safe - shift[f] * shift[g]
-            for f in range(d):
-                v[f] = node_mean[f] + shift[f]
-            if own:
-                _shrunk(out0, v, S, bm[t - 1, 1 + k], bc[t - 1, 1 + k], kappa, bm[t, 1 + k], bc[t, 1 + k])
-            else:
-                _shrunk_diag(out0, v, S, bm[t - 1, 1 + k], bv[t - 1, 1 + k], kappa, bm[t, 1 + k],
-                             bv[t, 1 + k])
-        if own:
-            for k in range(K1):
-                for f in range(d):
-                    bv[t, k, f] = bc[t, k, f, f]
-        if feature[o] >= 0:
+                    S = t2[f, g] if k == 0 else t2[f, g] - s2[k - 1, f, g]
+                    S = S / cnt - (bm[t, k, f] - node_mean[f]) * (bm[t, k, g] - node_mean[g])
+                    c = a * S + (1.0 - a) * pooled[k, f, g]
+                    if g == f:
+                        var[k, f] = max(c, 0.0)
+                    if own:
+                        full[k, f, g] = full[k, g, f] = c
+        if not leaf:
             continue
+        for k in range(K1):  # a leaf without weight (in a fold): the pooled covariance
+            cnt = total if k == 0 else total - s0[k - 1]
+            if cnt <= 0.0:
+                for f in range(d):
+                    var[k, f] = pooled[k, f, f]
+                full[k] = pooled[k]
         j = leaf_index[o]
-        c = src[t]
         leaf_mean[j] = bm[t, 0]
-        if c == t:
-            leaf_cov[j] = bc[t, 0]
+        if own:
+            leaf_cov[j] = full[0]
             for f in range(d):
                 leaf_cov[j, f, f] += ridge
-        else:  # its own variances, its ancestor's correlations
-            _correlation(bc[c, 0], ridge, A)
+        else:  # its own variances, the pooled correlations
             for f in range(d):
-                sd[f] = np.sqrt(bv[t, 0, f] + ridge)
+                sd[f] = np.sqrt(var[0, f] + ridge)
             for f in range(d):
-                leaf_cov[j, f, f] = bv[t, 0, f] + ridge
+                leaf_cov[j, f, f] = var[0, f] + ridge
                 for g in range(f):
-                    leaf_cov[j, f, g] = leaf_cov[j, g, f] = sd[f] * A[f, g] * sd[g]
+                    leaf_cov[j, f, g] = leaf_cov[j, g, f] = sd[f] * corr[f, g] * sd[g]
+        valid[:] = False
         for q in entries:  # out-of-fold NLL of every row of positive weight
             r = rows[q]
             w = phi0[q] * sw[r]
             if w <= 0.0:
                 continue
             k = fold[r]
-            if not valid[c, k]:
-                if c == t:
-                    A[:] = bc[c, 1 + k]
-                    for f in range(d):
-                        A[f, f] += ridge
-                    floor = ridge
-                else:
-                    floor = _correlation(bc[c, 1 + k], ridge, A)
-                chol[c, k] = _cholesky(A, floor)
+            if own and not valid[k]:
+                A[:] = full[1 + k]
+                for f in range(d):
+                    A[f, f] += ridge
+                chol[k] = _cholesky(A, ridge)
                 acc = 0.0
                 for f in range(d):
-                    acc += np.log(chol[c, k, f, f])
-                half_logdet[c, k] = acc
-                valid[c, k] = True
+                    acc += np.log(chol[k, f, f])
+                half_logdet[k] = acc
+                valid[k] = True
+            L = chol[k] if own else shared[k]
+            half = (half_logdet[k] if own else shared_half[k]) - log_ridge
             acc = 0.0
-            half = half_logdet[c, k] - log_ridge
-            for f in range(d):  # forward substitution: chol v = u - mean (scaled to unit variances)
+            for f in range(d):  # forward substitution: L v = u - mean (scaled to unit variances)
                 x = U[r, f] - bm[t, 1 + k, f]
-                if c != t:
-                    s = np.sqrt(bv[t, 1 + k, f] + ridge)
+                if not own:
+                    s = np.sqrt(var[1 + k, f] + ridge)
                     x /= s
                     half += np.log(s)
                 for g in range(f):
-                    x -= chol[c, k, f, g] * v[g]
-                v[f] = x / chol[c, k, f, f]
+                    x -= L[f, g] * v[g]
+                v[f] = x / L[f, f]
                 acc += v[f] * v[f]
             values[m] = 0.5 * acc + max(half, 0.0)  # the read-out's log-det is clipped at 0 too
             weights[m] = w

@@ -22,14 +22,14 @@ from numba import njit
 from ferl._firing import Firing
 from ferl._leaf_readout import leaf_totals
 from ferl._tree import FuzzyTree
-from ferl.novelty import FIRING_EPS, free_gaussians
+from ferl.novelty import FIRING_EPS, LEAF_RESIDUAL, free_gaussians
 from ferl.typicality import Z_MAX, LeafGaussians
 
 __all__ = ["TOTAL_KINDS", "score_totals"]
 
 #: The kinds of `ferl.novelty.Novelty.score` that `score_totals` computes (``"ignorance"`` is the
 #: evidence's).
-TOTAL_KINDS = ("nll", "combined", "residual", "firing")
+TOTAL_KINDS = ("leaf", "nll", "combined", "residual", "firing")
 
 
 @njit(cache=True)
@@ -84,8 +84,8 @@ def score_totals(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: F
 
     The formulas are those of `ferl.novelty.Novelty.score` (section 3.1, eq. 3 and 8, and the leaf
     Gaussians beyond the paper): with ``F = log(1 + eps) - log(eps + firing)`` where mass is lost
-    (0 where none is), ``"nll"`` is ``T / d + R / 2 + F``, ``"combined"`` ``R / 2 + F``,
-    ``"residual"`` ``R`` and ``"firing"`` ``1 - firing``.
+    (0 where none is), ``"leaf"`` is ``T / d + LEAF_RESIDUAL R + F``, ``"nll"`` ``T / d + R / 2 + F``,
+    ``"combined"`` ``R / 2 + F``, ``"residual"`` ``R`` and ``"firing"`` ``1 - firing``.
 
     Parameters
     ----------
@@ -96,10 +96,10 @@ def score_totals(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: F
     X : ndarray of shape (n_samples, n_features), float64, finite
     fired : Firing
         The sparse firings of ``X``, gates as configured.
-    kind : {"nll", "combined", "residual", "firing"}
+    kind : {"leaf", "nll", "combined", "residual", "firing"}
     want_nll : bool, default=False
         Also return the per-leaf NLLs (`ferl._leaf_readout.leaf_totals`), computed in the same pass
-        when ``kind`` is ``"nll"``.
+        when ``kind`` is ``"leaf"`` or ``"nll"``.
 
     Returns
     -------
@@ -118,9 +118,10 @@ def score_totals(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: F
         "free_compact", (tree.free_mean, tree.free_var), lambda: _compact(tree))
     X = np.ascontiguousarray(X, dtype=np.float64)
     lost, residual = _terms(X, fired.start, fired.count, fired.rows, fired.phi0, fired.lost,
-                            tree.feature, free_idx, n_free, mean, inv_sd, kind != "firing")
+                            tree.feature, free_idx, n_free, mean, inv_sd,
+                            kind != "firing" and (kind != "leaf" or LEAF_RESIDUAL > 0))
     nll = None
-    if kind == "nll" or want_nll:
+    if kind in ("leaf", "nll") or want_nll:
         total, nll = leaf_totals(leaves, X, fired, want_nll)
     if kind == "firing":
         return lost, nll
@@ -128,7 +129,7 @@ def score_totals(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: F
     term = np.where(lost > 0.0, np.log1p(FIRING_EPS) - np.log(FIRING_EPS + firing), 0.0)
     if kind == "residual":
         return residual, nll
-    score = 0.5 * residual + term
-    if kind == "nll":
+    score = (LEAF_RESIDUAL if kind == "leaf" else 0.5) * residual + term
+    if kind in ("leaf", "nll"):
         score += total / X.shape[1]
     return score, nll

@@ -7,7 +7,7 @@ score alone (`ferl._ood_score.score_totals`, no per-feature split) that the call
 chunks' outputs are concatenated. With the novelty discount the evidence
 combines the firings discounted by each source's reliability (`ferl.evidence.discount`,
 `ferl._reliability.source_reliability`), from the leaf typicality scores of the same pass
-(`ferl.novelty.leaf_typicality`).
+(`ferl._reliability.leaf_typicality`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import numpy as np
 
 from ferl._firing import Firing
 from ferl._ood_score import TOTAL_KINDS, score_totals
-from ferl._reliability import source_reliability
+from ferl._reliability import leaf_typicality, source_reliability
 from ferl._tree import FuzzyTree
 from ferl.evidence import Evidence, combine_sparse, discount
-from ferl.novelty import OOD_KINDS, Novelty, analyse, leaf_typicality
+from ferl.novelty import OOD_KINDS, Novelty, analyse
 from ferl.typicality import LeafGaussians
 
 __all__ = ["CHUNK", "CredalReadout", "Readout", "discounted", "read_out"]

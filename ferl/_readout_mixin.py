@@ -85,7 +85,7 @@ class ReadoutMixin:
         """
         return self.evidence(X).credal_set
 
-    def credal_readout(self, X, kind: str = "nll") -> CredalReadout:
+    def credal_readout(self, X, kind: str = "leaf") -> CredalReadout:
         """The credal set, the evidence and the OOD score of ``X`` from one firing pass.
 
         Equal to ``predict_set(X)``, ``evidence(X)`` and ``ood_score(X, kind)`` (the same floats),
@@ -100,7 +100,7 @@ class ReadoutMixin:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in_)
-        kind : str, default="nll"
+        kind : str, default="leaf"
             The OOD score's kind, one of `ferl.novelty.OOD_KINDS` (see `ood_score`).
 
         Returns
@@ -133,11 +133,12 @@ class ReadoutMixin:
         feature, ndarray of shape (n_samples, n_features_in_), >= 0. See `ferl.novelty.Novelty`."""
         return self._novelty(self._check_X(X)).feature_anomaly
 
-    def ood_score(self, X, kind: str = "nll") -> np.ndarray:
+    def ood_score(self, X, kind: str = "leaf") -> np.ndarray:
         """OOD score, ndarray of shape (n_samples,), finite; higher means more novel.
 
-        ``kind``: "nll" (default: leaf and free-feature Gaussians' negative log-likelihood per
-        feature plus ``log(1 + eps) - log(eps + firing)``), "combined" (``residual / 2`` plus that
+        ``kind``: "leaf" (default: the leaf Gaussians' negative log-likelihood per feature plus
+        ``LEAF_RESIDUAL`` times the paper's residual plus ``log(1 + eps) - log(eps + firing)``),
+        "nll" (the same with half the residual: the former default), "combined" (``residual / 2`` plus that
         firing term), "residual" (the paper's free-feature Mahalanobis average, eq. 3), "ignorance"
         (m(Theta) of `evidence`, so discounted when `novelty_discount`) or "firing" (1 - total
         leaf firing); formulas in `ferl.novelty.Novelty.score`, computed without their per-feature

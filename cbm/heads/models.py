@@ -78,7 +78,7 @@ class FERLHead(ConceptHead):
     training concepts and tested on the detector's concepts falls from 48.8 % to 5.5 % test accuracy
     with the discount on (mean ignorance 0.03 -> 0.98: under that shift every source looks atypical
     and the discounted evidence is nearly vacuous), while on the synthetic open world (2 folds) it
-    raises held-out abstention only from 9.9 % to 12.5 %. Novelty is read from the ``nll`` score
+    raises held-out abstention only from 9.9 % to 12.5 %. Novelty is read from the default score
     and the run's threshold instead.
     """
 
@@ -101,15 +101,15 @@ class FERLHead(ConceptHead):
         """Interval-dominance credal sets, bool ndarray of shape (n, C); all True = abstention."""
         return self.model_.predict_set(self._check_X(X, concept_names))
 
-    def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "nll",
+    def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "leaf",
                           fitted_on: str = "val") -> dict:
         """Fit the novelty threshold that accepts ``accept`` of the in-distribution inputs ``X``.
 
         The open-world protocol's rule (:func:`ferl.metrics.fit_acceptance_threshold`, paper Table 3
         "Reject" column): the ``ceil(accept * n)``-th smallest OOD score of ``X`` (n, k), so "score <=
         value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 % with
-        the ``nll`` score, FERL's default (`ferl.typicality`). Chosen by measurement on a demo run
-        (``make demo``, ferl-deep on calibrated concepts, 6 held-out classes; rates recomputed from
+        FERL's default score (``leaf``, `ferl.novelty`; before it ``nll``). Chosen by measurement on
+        a demo run (``make demo``, ferl-deep on calibrated concepts, 6 held-out classes; rates recomputed from
         the run's tables, as ``python scripts/bench_ood_kinds.py runs/demo`` prints them): at 95 % of
         val accepted, ``nll`` flags 69.7 % of the held-out images and 4.6 % of the test images, the
         paper's ``combined`` score 56.7 % and 4.6 %; the open-world AUROC of that run: nll 88.0,

@@ -14,7 +14,7 @@ from ferl import FERLClassifier
 from ferl._tree import support_gate
 from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.metrics import ood_auroc
-from ferl.novelty import FIRING_EPS, NAMING_DEPTH, VAR_FLOOR
+from ferl.novelty import FIRING_EPS, LEAF_RESIDUAL, NAMING_DEPTH, VAR_FLOOR
 
 
 def _fit(variant, seed, n=300, d=5):
@@ -198,8 +198,10 @@ def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
     combined = 0.5 * residual + firing_term
     np.testing.assert_allclose(wine_deep.ood_score(Z, "combined"), combined, rtol=1e-12)
     leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]
-    np.testing.assert_allclose(wine_deep.ood_score(Z), leaf + combined, rtol=1e-12)  # default: "nll"
     np.testing.assert_allclose(wine_deep.ood_score(Z, "nll"), leaf + combined, rtol=1e-12)
+    default = leaf + LEAF_RESIDUAL * residual + firing_term
+    np.testing.assert_allclose(wine_deep.ood_score(Z), default, rtol=1e-12)  # default: "leaf"
+    np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), default, rtol=1e-12)
     assert (wine_deep.ood_score(Z) >= 0).all()
     assert wine_deep.ood_score(Z[-10:]).min() > np.median(wine_deep.ood_score(Z[:-10]))
     with pytest.raises(ValueError, match="unknown OOD score kind 'entropy'"):
@@ -215,7 +217,7 @@ def test_feature_scores_are_an_exact_decomposition_of_their_score(seed, variant,
     rng = np.random.default_rng(seed)
     Z = np.vstack([X[:30], X[30:60] + rng.normal(scale=scale * X.std(axis=0), size=(30, X.shape[1]))])
     nov = clf._novelty(Z)
-    for kind in ("nll", "combined", "residual"):
+    for kind in ("leaf", "nll", "combined", "residual"):
         parts = nov.feature_scores(kind)
         assert (parts >= 0).all()
         np.testing.assert_allclose(parts.sum(axis=1), clf.ood_score(Z, kind), rtol=1e-10, atol=1e-12)
@@ -223,8 +225,10 @@ def test_feature_scores_are_an_exact_decomposition_of_their_score(seed, variant,
     np.testing.assert_allclose([sum(a.score for a in row) for row in ranked], clf.ood_score(Z),
                                rtol=1e-10)
     leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]  # T / d, shared like naming_share
-    np.testing.assert_allclose(clf.ood_score(Z), clf.ood_score(Z, "combined") + leaf, rtol=1e-10)
+    np.testing.assert_allclose(clf.ood_score(Z, "nll"), clf.ood_score(Z, "combined") + leaf, rtol=1e-10)
     extra = nov.feature_scores("nll") - nov.feature_scores("combined")
+    np.testing.assert_allclose(nov.feature_scores("leaf") - nov.feature_scores("nll"),
+                               (LEAF_RESIDUAL - 0.5) * nov.residual_share, atol=1e-12)
     naming = nov.naming_share.sum(axis=1, keepdims=True)
     assert (naming > 0).all()
     np.testing.assert_allclose(extra, leaf[:, None] * nov.naming_share / naming, rtol=1e-8, atol=1e-12)

@@ -1,9 +1,12 @@
 """Model files keep the novelty model, and refuse one without it or hand-edited."""
 
+import copy
+
 import numpy as np
 import pytest
 
 from ferl import FERLClassifier, persist, typicality
+from ferl.typicality import LeafGaussians
 
 
 def test_save_load_keeps_the_novelty_model(tmp_path, wine_deep, wine):
@@ -13,7 +16,7 @@ def test_save_load_keeps_the_novelty_model(tmp_path, wine_deep, wine):
     np.testing.assert_array_equal(back.tree_.free_var, wine_deep.tree_.free_var)
     np.testing.assert_array_equal(back.leaf_gaussians_.cov, wine_deep.leaf_gaussians_.cov)
     Z = X_te + 0.3
-    for kind in ("nll", "combined", "residual", "firing", "ignorance"):
+    for kind in ("leaf", "nll", "combined", "residual", "firing", "ignorance"):
         np.testing.assert_array_equal(back.ood_score(Z, kind), wine_deep.ood_score(Z, kind))
     assert back.anomalous_features(Z, 3) == wine_deep.anomalous_features(Z, 3)
 
@@ -38,21 +41,23 @@ def test_loading_a_model_saved_without_the_leaf_gaussians_raises(tmp_path, wine_
         FERLClassifier.load(tmp_path / "old")
 
 
-def test_a_model_whose_leaves_borrow_correlations_loads(tmp_path):
-    """A leaf below ``SUPPORT d`` borrows its ancestor's correlations, so its covariance can have
-    eigenvalues below the ridge (its variances keep it). The loader refused such models as
-    "not positive definite" (``make demo`` and ``predict`` failed on fit-head's FERL-deep heads)."""
-    rng = np.random.default_rng(0)
-    signature = rng.random((12, 20)) < 0.5
-    y = np.repeat(np.arange(12), 20)
-    base = np.clip(signature[y] + rng.normal(0, 0.2, (y.size, 20)), 0, 1)
-    X = np.hstack([base, base + rng.normal(0, 0.001, base.shape)])  # each concept twice: correlation ~ 1
-    model = FERLClassifier("deep", random_state=0, min_width=0.5, min_samples_leaf=1, rules_per_class=8.0)
-    model.fit(X, y)
-    assert np.linalg.eigvalsh(model.leaf_gaussians_.cov).min() < typicality.RIDGE / 2
+def test_a_model_whose_leaves_borrow_correlations_loads(tmp_path, wine_deep, wine):
+    """A leaf below ``SUPPORT d`` holds its own variances and correlations fitted elsewhere, so its
+    covariance can have eigenvalues below the ridge (its variances keep it). The loader refused such
+    models as "not positive definite" (``make demo`` and ``predict`` failed on fit-head's FERL-deep
+    heads)."""
+    g = wine_deep.leaf_gaussians_
+    cov = g.cov.copy()
+    sd = np.sqrt(np.diag(cov[0]))
+    corr = np.eye(len(sd))
+    corr[0, 1] = corr[1, 0] = 1 - 1e-3  # two features almost one: a direction of tiny variance
+    cov[0] = corr * np.outer(sd, sd)
+    model = copy.deepcopy(wine_deep)
+    model.leaf_gaussians_ = LeafGaussians(g.center, g.scale, g.leaves, g.mean, cov, g.reliability)
+    assert np.linalg.eigvalsh(cov[0]).min() < typicality.RIDGE / 2 <= np.diag(cov[0]).min()
     model.save(tmp_path / "m")
     loaded = FERLClassifier.load(tmp_path / "m")
-    np.testing.assert_array_equal(loaded.ood_score(X), model.ood_score(X))
+    np.testing.assert_array_equal(loaded.ood_score(wine[1]), model.ood_score(wine[1]))
 
 
 @pytest.mark.parametrize("edit", ["not_pd", "nan_mean", "wrong_leaves", "bad_width"])

@@ -51,10 +51,10 @@ def test_totals_equal_the_per_feature_scores_and_one_pass_equals_three_calls(kee
     # the discount reads the same leaf NLLs from either pass: the same evidence, bit for bit
     args = (tree, leaves, Z, True, clf._gate_margin(), clf._sources(), clf.combination)
     by_novelty = read_out(*args, novelty=True, novelty_discount=discount).evidence
-    by_score = read_out(*args, novelty_discount=discount, score="nll").evidence
+    by_score = read_out(*args, novelty_discount=discount, score="leaf").evidence
     for name in ("mass", "ignorance", "conflict"):
         np.testing.assert_array_equal(getattr(by_score, name), getattr(by_novelty, name))
-    for kind in ("nll", "ignorance", "firing"):
+    for kind in ("leaf", "nll", "ignorance", "firing"):
         out = clf.credal_readout(Z, kind)
         np.testing.assert_array_equal(out.credal_set, clf.predict_set(Z))
         np.testing.assert_array_equal(out.evidence.mass, clf.evidence(Z).mass)

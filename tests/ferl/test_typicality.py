@@ -7,10 +7,9 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
-from ferl._reliability import TYPICAL_DISCOUNT
+from ferl._reliability import TYPICAL_DISCOUNT, leaf_typicality
 from ferl.evidence import combine, discount
 from ferl.free_gaussians import VAR_FLOOR
-from ferl.novelty import leaf_typicality
 from ferl.typicality import CROSS_FIT, KAPPA, RELIABILITY_QUANTILES, RIDGE, SUPPORT, leaf_terms, standardise
 
 
@@ -38,28 +37,30 @@ def _planted(seed, n):
 
 # ---------------------------------------------------------------------- the leaf Gaussians
 def _supported(t, phi0, d):
-    """Nodes with a covariance of their own: the root, and every node of a supported parent whose
-    soft count reaches ``SUPPORT * d``; both kinds of leaves occur."""
-    own = np.zeros(t.n_nodes, dtype=bool)
-    for o in range(t.n_nodes):
-        own[o] = o == 0 or (own[t.parent[o]] and phi0[:, o].sum() >= SUPPORT * d)
-    assert own[t.is_leaf].any() and not own[t.is_leaf].all()
+    """Leaves with correlations of their own: soft count at least ``SUPPORT * d``; both kinds occur."""
+    own = t.is_leaf & (phi0.sum(axis=0) >= SUPPORT * d)
+    assert own.any() and not own[t.is_leaf].all()
     return own
 
 
-def _borrowed(t, own, cov, o):
-    """Leaf ``o``'s covariance (ridge added) from the shrunk chain ``cov``: its own where it is
-    supported, else its own variances with the correlations of its nearest supported ancestor's."""
-    d = cov[o].shape[0]
-    C = cov[o] + RIDGE * np.eye(d)
-    if own[o]:
-        return C
-    a = t.parent[o]
-    while not own[a]:
-        a = t.parent[a]
-    Ca = cov[a] + RIDGE * np.eye(d)
-    sd = np.sqrt(np.diag(C) / np.diag(Ca))
-    return Ca * sd[:, None] * sd[None, :]
+def _pooled(t, U, w):
+    """The pooled within-leaf covariance: each leaf's weighted covariance about its own mean,
+    averaged with the leaves' soft counts (``w`` (n, n_nodes) weights)."""
+    leaves = [o for o in np.flatnonzero(t.is_leaf) if w[:, o].sum() > 0]
+    return sum(w[:, o].sum() * np.cov(U.T, aweights=w[:, o], bias=True) for o in leaves) / w[:, leaves].sum()
+
+
+def _leaf_cov(U, w, pooled, own):
+    """A leaf's covariance (ridge added): shrunk to ``pooled`` with ``KAPPA d`` pseudo-counts; below
+    ``SUPPORT d`` its variances with the pooled correlations."""
+    d = U.shape[1]
+    a = w.sum() / (w.sum() + KAPPA * d)
+    C = a * np.cov(U.T, aweights=w, bias=True) + (1 - a) * pooled
+    if own:
+        return C + RIDGE * np.eye(d)
+    P = pooled + RIDGE * np.eye(d)
+    sd = np.sqrt(np.diag(C) + RIDGE)
+    return P / np.sqrt(np.outer(np.diag(P), np.diag(P))) * np.outer(sd, sd)
 
 
 def test_leaf_gaussians_match_a_numpy_reference():
@@ -74,17 +75,10 @@ def test_leaf_gaussians_match_a_numpy_reference():
     np.testing.assert_allclose(g.scale, scale, rtol=1e-10)
     U = (X - center) / scale
     phi0 = t.firing(X, False, np.ones(t.n_nodes))[0] * (sw / sw.mean())[:, None]
-    cov, own = {}, _supported(t, phi0, d)
-    for o in range(t.n_nodes):  # shrink every node's covariance to its parent's
-        w = phi0[:, o]
-        mu = np.average(U, axis=0, weights=w)
-        S = np.cov(U.T, aweights=w, bias=True)
-        a = 1.0 if o == 0 else w.sum() / (w.sum() + KAPPA * d)
-        cov[o] = a * S + (1 - a) * (cov[t.parent[o]] if o else 0)
-        if t.is_leaf[o]:
-            j = int(np.flatnonzero(g.leaves == o)[0])
-            np.testing.assert_allclose(g.mean[j], mu, atol=1e-9)
-            np.testing.assert_allclose(g.cov[j], _borrowed(t, own, cov, o), atol=1e-9)
+    own, pooled = _supported(t, phi0, d), _pooled(t, U, phi0)
+    for j, o in enumerate(g.leaves):
+        np.testing.assert_allclose(g.mean[j], np.average(U, axis=0, weights=phi0[:, o]), atol=1e-9)
+        np.testing.assert_allclose(g.cov[j], _leaf_cov(U, phi0[:, o], pooled, own[o]), atol=1e-9)
     Z = np.vstack([X[:10], X[:5] + 3.0])
     dev, spread, nll = leaf_terms(g, standardise(Z, g.center, g.scale), np.ones((len(Z), g.leaves.size)))
     for j in range(g.leaves.size):
@@ -132,24 +126,16 @@ def test_the_reliability_reference_matches_a_numpy_cross_fit():
     values, weights = [], []
     for k in range(CROSS_FIT):
         keep = fold != k
-        cov = {}
-        for o in range(t.n_nodes):
+        pooled = _pooled(t, U, phi0 * keep[:, None])
+        for o in np.flatnonzero(t.is_leaf):
             w = phi0[:, o] * keep
-            if w.sum() <= 0:
-                cov[o] = cov[t.parent[o]]
-                continue
-            mu = np.average(U, axis=0, weights=w)
-            S = np.cov(U.T, aweights=w, bias=True)
-            a = 1.0 if o == 0 else w.sum() / (w.sum() + KAPPA * d)
-            cov[o] = (mu, a * S + (1 - a) * (cov[t.parent[o]][1] if o else 0))
-            if t.is_leaf[o]:
-                C = _borrowed(t, own, {q: c[1] for q, c in cov.items()}, o)
-                test = (fold == k) & (phi0[:, o] > 0)
-                v = U[test] - mu
-                d2 = np.einsum("if,fg,ig->i", v, np.linalg.inv(C), v)
-                nll = d2 / 2 + np.linalg.slogdet(C / RIDGE)[1] / 2
-                values.append(nll / d + _path_residual(t, U, phi0 * keep[:, None], test, o) / 2)
-                weights.append(phi0[test, o])
+            mu, C = np.average(U, axis=0, weights=w), _leaf_cov(U, w, pooled, own[o])
+            test = (fold == k) & (phi0[:, o] > 0)
+            v = U[test] - mu
+            d2 = np.einsum("if,fg,ig->i", v, np.linalg.inv(C), v)
+            nll = d2 / 2 + np.linalg.slogdet(C / RIDGE)[1] / 2
+            values.append(nll / d + _path_residual(t, U, phi0 * keep[:, None], test, o) / 2)
+            weights.append(phi0[test, o])
     values, weights = np.concatenate(values), np.concatenate(weights)
     order = np.argsort(values)
     cum = np.cumsum(weights[order])
@@ -158,7 +144,7 @@ def test_the_reliability_reference_matches_a_numpy_cross_fit():
 
 
 def test_leaf_typicality_adds_half_the_path_residual_to_the_nll_per_feature(correlated):
-    """The discount's leaf score ``s_l = nll_l / d + R_l / 2`` (`ferl.novelty.leaf_typicality`), the
+    """The discount's leaf score ``s_l = nll_l / d + R_l / 2`` (`ferl._reliability.leaf_typicality`), the
     residual taken over the leaf's path with the fitted free-feature Gaussians."""
     clf, X, _ = correlated
     Z = np.vstack([X[:50], _planted(3, 60)])
@@ -368,23 +354,16 @@ def test_discounted_evidence_keeps_the_algebra_on_fitted_models(seed, variant, s
     assert np.isfinite(score).all() and (score >= 0).all()
 
 
-def test_small_leaves_share_their_supported_ancestors_covariance():
-    """A leaf below ``SUPPORT d`` holds its nearest supported ancestor's correlations
-    (so the whitening decomposes them once) with its own variances and mean."""
+def test_small_leaves_share_the_pooled_correlations():
+    """A leaf below ``SUPPORT d`` holds the pooled within-leaf correlations (so the whitening
+    decomposes them once) with its own variances and mean."""
     X, y = make_classification(n_samples=400, n_features=16, n_informative=4, n_classes=4, random_state=4)
     clf = FERLClassifier(random_state=4).fit(X, y)
     t, g = clf.tree_, clf.leaf_gaussians_
-    phi0 = t.firing(X, False, np.ones(t.n_nodes))[0]
-    own = _supported(t, phi0, X.shape[1])
-    first = {}
-    for j, o in enumerate(g.leaves):
-        a = o
-        while not own[a]:
-            a = t.parent[a]
-        first.setdefault(a, j)
-        corr = [c / np.sqrt(np.outer(np.diag(c), np.diag(c))) for c in (g.cov[j], g.cov[first[a]])]
-        np.testing.assert_allclose(corr[0], corr[1], atol=1e-12)
-    assert len(first) < g.leaves.size
+    own = _supported(t, t.firing(X, False, np.ones(t.n_nodes))[0], X.shape[1])[g.leaves]
+    corr = np.array([c / np.sqrt(np.outer(np.diag(c), np.diag(c))) for c in g.cov])
+    np.testing.assert_allclose(corr[~own], np.broadcast_to(corr[~own][0], corr[~own].shape), atol=1e-12)
+    assert not np.allclose(corr[own][0], corr[~own][0])
     assert len({m.tobytes() for m in g.mean}) == g.leaves.size
     assert len({np.diag(c).tobytes() for c in g.cov}) == g.leaves.size
     assert np.array_equal(g.cov, np.swapaxes(g.cov, 1, 2))  # exactly symmetric: saved as it is
