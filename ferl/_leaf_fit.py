@@ -168,6 +168,14 @@ def _fold_totals(s1, s2, own, t1, t2):
 
 
 @njit(cache=True)
+def _scratch(n_folds, d):
+    """Buffers of `_moments` and `_fold_totals`: count (1,), mean (d,), fold sums s1 (n_folds, d) and
+    s2 (n_folds, d, d), their totals t1 (d,) and t2 (d, d)."""
+    return (np.empty(1), np.empty(d), np.empty((n_folds, d)), np.empty((n_folds, d, d)), np.empty(d),
+            np.empty((d, d)))
+
+
+@njit(cache=True)
 def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
     """The pooled within-leaf covariance on all rows (index 0) and without each fold (``1 + k``),
     shape (n_folds + 1, d, d), symmetric: every leaf's weighted scatter about its own mean, summed,
@@ -176,12 +184,7 @@ def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
     K1 = n_folds + 1
     P = np.zeros((K1, d, d))
     N = np.zeros(K1)
-    node_count = np.empty(1)
-    node_mean = np.empty(d)
-    s1 = np.empty((n_folds, d))
-    s2 = np.empty((n_folds, d, d))
-    t1 = np.empty(d)
-    t2 = np.empty((d, d))
+    node_count, node_mean, s1, s2, t1, t2 = _scratch(n_folds, d)
     shift = np.empty(d)
     for o in range(feature.shape[0]):
         if feature[o] >= 0:
@@ -283,12 +286,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     values = np.empty(n_values)
     weights = np.empty(n_values)
     m = 0
-    node_count = np.empty(1)
-    node_mean = np.empty(d)
-    s1 = np.empty((n_folds, d))
-    s2 = np.empty((n_folds, d, d))
-    t1 = np.empty(d)
-    t2 = np.empty((d, d))
+    node_count, node_mean, s1, s2, t1, t2 = _scratch(n_folds, d)
     var = np.empty((K1, d))  # a small leaf's shrunk variances
     full = np.empty((K1, d, d))  # a supported leaf's shrunk covariance
     chol = np.empty((n_folds, d, d))
