@@ -28,8 +28,9 @@ The last three studies use the tabular benchmark's folds (``ferl.benchmarks.prot
 part, so that they can choose defaults:
 
 * **select**: leave-one-class-out (at most 4 held-out classes per fold, drawn with the fold number):
-  AUROC of ``nll`` (the default), of its two terms (``leaf``: the leaf Gaussians' ``T / d``;
-  ``residual``), of ``combined`` and of kNN (k = 5) on the same inputs.
+  AUROC of ``leaf`` (the default, ``T / d + LEAF_RESIDUAL R + F``), of ``nll`` (the same with
+  ``R / 2``), of that sum with the other weights of ``R`` in `RESIDUAL_WEIGHTS` (``R*w``), of the
+  leaf Gaussians' ``T`` alone, of ``residual``, of ``combined`` and of kNN (k = 5) on the same inputs.
 * **discount**: the same held-out classes with ``novelty_discount`` off and on: AUROC of the
   ignorance and of ``nll``, abstention rates of retained and held-out inputs.
 * **id**: every class retained, discount off and on: accuracy, set coverage, mean set size and
@@ -53,6 +54,8 @@ from ferl.benchmarks.protocol import make_splits, scale_fold
 from ferl.metrics import ood_auroc
 from ferl.novelty import OOD_KINDS
 
+#: Other weights of the residual ``R`` in the ``leaf`` score that the select study compares.
+RESIDUAL_WEIGHTS = (0.125, 0.0)
 DEFAULT_SETS = ("wine", "newthyroid", "glass", "ecoli", "vehicle", "segment", "yeast", "vowel",
                 "cleveland", "page-blocks", "pima", "banana")
 
@@ -179,10 +182,14 @@ def _per_held_class(X, y, fold, prefix, score):
 
 
 def _select_row(clf, X_fit, X_id, X_ood):
-    row = {k: ood_auroc(clf.ood_score(X_id, k), clf.ood_score(X_ood, k))
-           for k in ("nll", "combined", "residual")}
+    kinds = ("leaf", "nll", "combined", "residual")
+    scores = {k: [clf.ood_score(Z, k) for Z in (X_id, X_ood)] for k in kinds}
+    row = {k: ood_auroc(*s) for k, s in scores.items()}
+    for w in RESIDUAL_WEIGHTS:  # T / d + w R + F: "nll" less (1/2 - w) R
+        (n_id, n_ood), (r_id, r_ood) = scores["nll"], scores["residual"]
+        row[f"R*{w:g}"] = ood_auroc(n_id - (0.5 - w) * r_id, n_ood - (0.5 - w) * r_ood)
     leaf = [((n := clf._novelty(Z)).deviation + n.spread).sum(axis=1) for Z in (X_id, X_ood)]
-    row["leaf"] = ood_auroc(*leaf)
+    row["T"] = ood_auroc(*leaf)
     knn = KNNDetector(5).fit(X_fit)
     row["knn"] = ood_auroc(knn.score(X_id), knn.score(X_ood))
     return row

@@ -82,8 +82,8 @@ def test_pipeline_reproduces_the_runs_concept_tables_and_threshold(example, run)
     np.testing.assert_allclose(probs, test.probs, atol=1e-6)  # same checkpoint, same eval transform
     head = json.loads((current_folder(run / "head" / "ferl-deep" / "calibrated") / "head.json").read_text())
     val = load_concept_table(run / "concepts" / "val.npz")
-    scores = pipe.head.model_.ood_score(pipe.calibrator.transform(val.probs), "nll")
-    assert head["ood_threshold"] == {"kind": "nll", "accept": 0.95, "fitted_on": "val",
+    scores = pipe.head.model_.ood_score(pipe.calibrator.transform(val.probs), "leaf")
+    assert head["ood_threshold"] == {"kind": "leaf", "accept": 0.95, "fitted_on": "val",
                                      "n": val.n_samples, "value": fit_acceptance_threshold(scores, 0.95)}
     flags = [r["ood_flag"] for r in pipe.predict_concepts(val.probs).rows]
     assert np.mean(flags) <= 0.05 and flags == (scores > head["ood_threshold"]["value"]).tolist()
