@@ -180,7 +180,8 @@ def test_attribute_naming_precision_at_3_on_the_synthetic_world():
 def test_attribute_naming_end_to_end_with_the_shipped_synthetic_config(tmp_path):
     """The shipped ``configs/openworld/synthetic.yaml`` at seed 0, all 5 folds: image detectors
     trained without the held-out classes, then calibration, FERL-deep and the baselines (about
-    3 min on 2 cores; CPU training is deterministic, so the values repeat). Measured when
+    7.5 min on 2 cores alone, up to an hour when other test runs share them: the suite's longest
+    test; CPU training is deterministic, so the values repeat). Measured when
     written: precision@3 0.669 (chance 0.40), precision@1 0.71, against each image's own concepts
     0.670 (chance 0.373); AUROC FERL-deep residual 0.892, kNN 0.906, Mahalanobis 0.922. The
     3-seed report gives precision@3 0.642 +- 0.034.
