@@ -305,8 +305,12 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         _fold_totals(s1, s2, own, t1, t2)
         for k in range(K1):  # k = 0: all rows; 1 + k: without fold k (the totals minus its sums)
             cnt = total if k == 0 else total - s0[k - 1]
-            if cnt <= 0.0:
+            if cnt <= 0.0:  # no weight: the parent's mean and, for a leaf, the pooled covariance
                 bm[t, k] = bm[t - 1, k]
+                if leaf:
+                    for f in range(d):
+                        var[k, f] = pooled[k, f, f]
+                    full[k] = pooled[k]
                 continue
             for f in range(d):
                 shift = 0.0 if k == 0 else (t1[f] - s1[k - 1, f]) / cnt
@@ -327,12 +331,6 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
                         full[k, f, g] = full[k, g, f] = c
         if not leaf:
             continue
-        for k in range(K1):  # a leaf without weight (in a fold): the pooled covariance
-            cnt = total if k == 0 else total - s0[k - 1]
-            if cnt <= 0.0:
-                for f in range(d):
-                    var[k, f] = pooled[k, f, f]
-                full[k] = pooled[k]
         j = leaf_index[o]
         leaf_mean[j] = bm[t, 0]
         if own:

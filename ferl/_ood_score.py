@@ -22,7 +22,7 @@ from numba import njit
 from ferl._firing import Firing
 from ferl._leaf_readout import leaf_totals
 from ferl._tree import FuzzyTree
-from ferl.novelty import FIRING_EPS, LEAF_RESIDUAL, free_gaussians
+from ferl.novelty import FIRING_EPS, LEAF_TERM_KINDS, RESIDUAL_WEIGHT, free_gaussians
 from ferl.typicality import Z_MAX, LeafGaussians
 
 __all__ = ["TOTAL_KINDS", "score_totals"]
@@ -119,9 +119,9 @@ def score_totals(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: F
     X = np.ascontiguousarray(X, dtype=np.float64)
     lost, residual = _terms(X, fired.start, fired.count, fired.rows, fired.phi0, fired.lost,
                             tree.feature, free_idx, n_free, mean, inv_sd,
-                            kind != "firing" and (kind != "leaf" or LEAF_RESIDUAL > 0))
+                            RESIDUAL_WEIGHT.get(kind, 0.0) > 0)
     nll = None
-    if kind in ("leaf", "nll") or want_nll:
+    if kind in LEAF_TERM_KINDS or want_nll:
         total, nll = leaf_totals(leaves, X, fired, want_nll)
     if kind == "firing":
         return lost, nll
@@ -129,7 +129,7 @@ def score_totals(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: F
     term = np.where(lost > 0.0, np.log1p(FIRING_EPS) - np.log(FIRING_EPS + firing), 0.0)
     if kind == "residual":
         return residual, nll
-    score = (LEAF_RESIDUAL if kind == "leaf" else 0.5) * residual + term
-    if kind in ("leaf", "nll"):
+    score = RESIDUAL_WEIGHT[kind] * residual + term
+    if kind in LEAF_TERM_KINDS:
         score += total / X.shape[1]
     return score, nll

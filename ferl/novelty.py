@@ -63,6 +63,8 @@ __all__ = [
     "NAMING_DEPTH",
     "OOD_KINDS",
     "LEAF_RESIDUAL",
+    "LEAF_TERM_KINDS",
+    "RESIDUAL_WEIGHT",
     "AnomalousFeature",
     "Novelty",
     "check_variances",
@@ -82,8 +84,10 @@ OOD_KINDS = ("leaf", "nll", "combined", "residual", "ignorance", "firing")
 DECOMPOSED_KINDS = ("leaf", "nll", "combined", "residual")
 #: Weight of the free-feature residual ``R`` in the ``"leaf"`` score (module docstring: how chosen).
 LEAF_RESIDUAL = 0.25
-#: Weight of ``R`` in each decomposed kind.
-_RESIDUAL_WEIGHT = {"leaf": LEAF_RESIDUAL, "nll": 0.5, "combined": 0.5, "residual": 1.0}
+#: Weight of the residual ``R`` in each kind that holds it.
+RESIDUAL_WEIGHT = {"leaf": LEAF_RESIDUAL, "nll": 0.5, "combined": 0.5, "residual": 1.0}
+#: Kinds that hold the leaf Gaussians' term ``T / d``.
+LEAF_TERM_KINDS = ("leaf", "nll")
 
 
 class AnomalousFeature(NamedTuple):
@@ -305,8 +309,8 @@ class Novelty:
         lost = self.routing_loss.sum(axis=1)
         share = np.divide(self.routing_loss, lost[:, None], out=np.zeros_like(self.routing_loss),
                           where=lost[:, None] > 0)
-        scores = _RESIDUAL_WEIGHT[kind] * self.residual_share + share * self._firing_term()[:, None]
-        if kind in ("leaf", "nll"):
+        scores = RESIDUAL_WEIGHT[kind] * self.residual_share + share * self._firing_term()[:, None]
+        if kind in LEAF_TERM_KINDS:
             leaf = (self.deviation + self.spread) / self.deviation.shape[1]
             total, naming = leaf.sum(axis=1, keepdims=True), self.naming_share.sum(axis=1, keepdims=True)
             by_naming = np.divide(self.naming_share, naming, out=np.zeros_like(leaf), where=naming > 0)
