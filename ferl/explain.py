@@ -136,7 +136,11 @@ class Explanation:
         return json.dumps(self.to_dict(), indent=indent)
 
     def to_markdown(self, digits: int = 3) -> str:
-        """Markdown report: decision, per-class table, fired sources, anomalous attributes."""
+        """Markdown report: decision, per-class table, fired sources, anomalous attributes.
+
+        Sources whose firing rounds to zero at ``digits`` are counted in one line rather than
+        listed (the strongest source is always listed); `to_dict` keeps every source.
+        """
         f = f".{digits}f"
         members = ", ".join(_md(c) for c in self.credal_set)
         verdict = "abstains (credal set = every class)" if self.abstain else f"credal set {{{members}}}"
@@ -157,8 +161,10 @@ class Explanation:
         if not self.sources:
             lines.append("No rule fired: the input lies outside the training support (vacuous mass).")
         else:
+            # rules whose firing rounds to 0 at `digits` are counted, not listed (the strongest is kept)
+            shown = [s for s in self.sources if round(s.firing, digits) > 0] or list(self.sources[:1])
             lines += ["| rule | firing | reliability | IF | THEN | masses |", "|---:|---:|---:|---|---|---|"]
-            for s in self.sources:
+            for s in shown:
                 masses = ", ".join(f"{_md(c)}: {m:{f}}" for c, m in zip(self.classes, s.mass, strict=True)
                                    if m > 0)
                 rid = s.rule_id if s.rule_id is not None else f"node {s.node}"
@@ -166,6 +172,10 @@ class Explanation:
                 lines.append(f"| {rid} | {s.firing:{f}} | {s.reliability:{f}} | {_md(premise)} | "
                              f"{_md(s.prediction)} | "
                              f"{masses}, Θ: {s.ignorance:{f}} |")
+            if len(shown) < len(self.sources):
+                rest = [s.firing for s in self.sources[len(shown):]]  # by decreasing firing
+                lines += ["", f"{len(rest)} more rule{'s' if len(rest) > 1 else ''} fired below "
+                              f"{0.5 * 10.0 ** -digits:g} (together {sum(rest):.2g}), not listed."]
         lines += ["", "**Anomalous attributes**", "",
                   "| attribute | score | routing loss | leaf deviation | free-feature z² |",
                   "|---|---:|---:|---:|---:|"]

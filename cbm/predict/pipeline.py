@@ -71,8 +71,10 @@ class Predictions:
     threshold: dict[str, Any] = field(default_factory=dict)
 
     def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame (sets and attributes joined into text)."""
-        return pd.DataFrame([flat_row(r) for r in self.rows])
+        """The rows as a DataFrame (sets and attributes joined into text); ``set_size`` stays an
+        integer column (pandas' nullable ``Int64``) when error rows leave it empty."""
+        df = pd.DataFrame([flat_row(r) for r in self.rows])
+        return df.astype({"set_size": "Int64"}) if "set_size" in df else df
 
     @property
     def n_errors(self) -> int:

@@ -146,7 +146,8 @@ def _example_section(kind: str, ex: Example | None, main_head: str, written: dic
         hits = [n for n in named if n in ex.truth]
         lines += [f"Class {ex.true_class} was never seen in training; its nearest training class is "
                   f"{', '.join(ex.nearest)}, from which it differs in {', '.join(ex.truth) or 'no concept'}. "
-                  f"Of FERL's top {len(named)} anomalous attributes, {len(hits)} are among these"
+                  f"Of FERL's top {len(named)} anomalous attributes, {len(hits)} "
+                  f"{'is' if len(hits) == 1 else 'are'} among these"
                   + (f" ({', '.join(hits)})." if hits else "."), ""]
     return lines
 

@@ -1,5 +1,6 @@
 """Per-sample explanations (explain) with their renderings; the rule list is tested in test_rules.py."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -80,7 +81,20 @@ def test_json_and_markdown_renderings(fitted, data):
     for a in e.anomalous_features:
         assert f"| {a.name} |" in md
     for s in e.sources:
-        assert (f"| {s.rule_id} |" if s.rule_id is not None else f"| node {s.node} |") in md
+        listed = (f"| {s.rule_id} |" if s.rule_id is not None else f"| node {s.node} |") in md
+        assert listed == (round(s.firing, 3) > 0 or s is e.sources[0])
+
+
+def test_markdown_counts_rules_whose_firing_rounds_to_zero_instead_of_listing_them(fitted, data):
+    X, _ = data
+    e = fitted.explain(X[100])
+    top = e.sources[0]
+    faint = tuple(dataclasses.replace(top, rule_id=900 + k, firing=f) for k, f in enumerate((4e-4, 1e-6)))
+    md = dataclasses.replace(e, sources=(top, *faint)).to_markdown()
+    assert f"| {top.rule_id} |" in md and "| 900 |" not in md and "| 901 |" not in md
+    assert "2 more rules fired below 0.0005 (together 0.0004), not listed." in md
+    only_faint = dataclasses.replace(e, sources=faint).to_markdown(digits=3)
+    assert "| 900 |" in only_faint and "1 more rule fired below 0.0005 (together 1e-06)" in only_faint
 
 
 def test_explaining_an_input_off_the_support(fitted, data):

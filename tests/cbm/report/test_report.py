@@ -50,6 +50,8 @@ def test_tiny_demo_report_has_every_section(tiny):
     assert "Prediction:" in text and "**Anomalous attributes**" in text
     assert ("credal set holds exactly two classes" in text) != ("no such example to show" in text)
     assert "was never seen in training; its nearest training class is" in text
+    hits = re.search(r"anomalous attributes, (\d+) (is|are) among these", text)
+    assert hits and (hits[2] == "is") == (hits[1] == "1")  # "1 is", "0 are", "2 are"
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert "| FERL-deep (independent) | evidence (ours) |" in text  # the interventions table
     assert {"plots/concept_accuracy.png", "plots/heads.png", "plots/tree.png", "openworld/roc.png",
