@@ -16,22 +16,20 @@ from numba import njit
 
 from ferl._blas import one_blas_thread
 from ferl._firing import Firing
-from ferl.typicality import BLAS_ROWS, Z_MAX, LeafGaussians
+from ferl.typicality import BLAS_ROWS, LeafGaussians, standardise
 
 __all__ = ["leaf_totals"]
 
 
 @njit(cache=True)
-def _leaf_totals(X, center, scale, start, count, rows, phi0, leaves, mean, whiten_t, half_logdet, block,
-                 want_nll):
+def _leaf_totals(U, start, count, rows, phi0, leaves, mean, whiten_t, half_logdet, block, want_nll):
     """``T`` (n,) and, when ``want_nll``, ``nll`` (n, L) (else an empty (0, L) array); see `leaf_totals`.
 
-    Leaf by leaf, the standardised rows that reach it (`ferl.typicality.standardise`, element by
-    element) minus its mean are whitened in one BLAS product when they are at least ``block``, else
-    row by row (each output feature summed over the inputs in the same order as the product of
-    `ferl.typicality.leaf_terms`, so the same floats).
+    Leaf by leaf, the standardised rows ``U`` that reach it minus its mean are whitened in one BLAS
+    product when they are at least ``block``, else row by row (each output feature summed over the
+    inputs in the same order as the product of `ferl.typicality.leaf_terms`, so the same floats).
     """
-    n, d = X.shape
+    n, d = U.shape
     n_leaves = leaves.shape[0]
     total = np.zeros(n)
     nll = np.zeros((n if want_nll else 0, n_leaves))
@@ -53,8 +51,7 @@ def _leaf_totals(X, center, scale, start, count, rows, phi0, leaves, mean, white
         for a in range(k):
             i = rows[idx[a]]
             for f in range(d):
-                u = min(max((X[i, f] - center[f]) / scale[f], -Z_MAX), Z_MAX)
-                V[a, f] = u - mean[j, f]
+                V[a, f] = U[i, f] - mean[j, f]
         Wm = V @ whiten_t[j] if k >= block else V  # below block: whitened row by row into w
         for a in range(k):
             if k < block:
@@ -103,7 +100,8 @@ def leaf_totals(model: LeafGaussians, X: np.ndarray, fired: Firing, want_nll: bo
         ``nll_l(x)`` where ``phi0_l(x) > 0``, else 0; None unless ``want_nll``.
     """
     leaves = np.asarray(model.leaves, dtype=np.int64)
-    args = (np.ascontiguousarray(X, dtype=np.float64), model.center, model.scale, fired.start, fired.count,
+    # standardised once per row here, not once per leaf a row reaches (the same floats)
+    args = (standardise(np.asarray(X, dtype=np.float64), model.center, model.scale), fired.start, fired.count,
             fired.rows, fired.phi0, leaves, model.mean, model.whiten_t, model.half_share.sum(axis=1),
             BLAS_ROWS, bool(want_nll))
     if fired.count[leaves].max() >= BLAS_ROWS:  # some leaf is whitened by BLAS
