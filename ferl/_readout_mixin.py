@@ -95,7 +95,8 @@ class ReadoutMixin:
         ``predict`` (``python scripts/bench_scale.py --sections keel``, 30 KEEL sets x 5 folds, CPU
         time, loaded 2-core machine), median (worst set) for compact / medium / deep: one pass
         1.0 (6.0) / 1.6 (12.0) / 2.4 (20.2), the three calls 1.7 (7.3) / 2.6 (13.3) / 4.2 (25.6);
-        at 10^5 rows (``--sections scale``, d = 20, FERL-deep) 9.1x one pass, 14.5x three calls.
+        at 10^5 rows (``--sections scale``, d = 20, FERL-deep, fastest of 9 interleaved rounds, two
+        runs) 7.8 / 9.5x one pass, 13.1 / 14.3x three calls, and 2.9 / 3.0x for ``predict`` alone.
 
         Parameters
         ----------
