@@ -139,7 +139,8 @@ class Explanation:
         """Markdown report: decision, per-class table, fired sources, anomalous attributes.
 
         Sources whose firing rounds to zero at ``digits`` are counted in one line rather than
-        listed (the strongest source is always listed); `to_dict` keeps every source.
+        listed (the strongest source is always listed); `to_dict` keeps every source. The unbounded
+        scores (OOD score, attribute scores) are printed in scientific notation from 1e6 on.
         """
         f = f".{digits}f"
         members = ", ".join(_md(c) for c in self.credal_set)
@@ -148,7 +149,7 @@ class Explanation:
             f"**Prediction: {_md(self.prediction)}**, {verdict}.",
             "",
             f"Ignorance m(Θ) = {self.ignorance:{f}}, conflict = {self.conflict:{f}}, "
-            f"leaf firing = {self.firing:{f}}, OOD score = {self.ood_score:{f}}, "
+            f"leaf firing = {self.firing:{f}}, OOD score = {_number(self.ood_score, digits)}, "
             f"certified radius = {self.robustness_radius:.3g}.",
             "",
             "| class | BetP | belief | plausibility | in set |",
@@ -180,9 +181,16 @@ class Explanation:
                   "| attribute | score | routing loss | leaf deviation | free-feature z² |",
                   "|---|---:|---:|---:|---:|"]
         for a in self.anomalous_features:
-            lines.append(f"| {_md(a.name)} | {a.score:{f}} | {a.routing_loss:{f}} | {a.deviation:{f}} | "
-                         f"{a.anomaly:{f}} |")
+            lines.append(f"| {_md(a.name)} | {_number(a.score, digits)} | {a.routing_loss:{f}} | "
+                         f"{_number(a.deviation, digits)} | {_number(a.anomaly, digits)} |")
         return "\n".join(lines)
+
+
+def _number(value: float, digits: int) -> str:
+    """An unbounded score (nats) with ``digits`` decimals, in scientific notation from 1e6 on: the
+    finite scores of an input far off the training range reach 1e200 (standardised distances are
+    clipped at `ferl.typicality.Z_MAX`), some 200 digits in fixed notation."""
+    return f"{value:.{digits}f}" if abs(value) < 1e6 else f"{value:.{digits}e}"
 
 
 def _md(value) -> str:

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
@@ -107,6 +108,18 @@ def test_explaining_an_input_off_the_support(fitted, data):
     assert sum(a.routing_loss for a in e.anomalous_features) == pytest.approx(1.0)  # eq. 8
     assert "No rule fired" in e.to_markdown()
     assert json.loads(e.to_json())["abstain"] is True
+
+
+def test_markdown_prints_the_huge_finite_scores_of_a_far_input_in_scientific_notation(fitted, data):
+    X, _ = data
+    e = fitted.explain(X[0] + np.r_[1e300, np.zeros(X.shape[1] - 1)], top_k=None)
+    assert np.isfinite(e.ood_score) and e.ood_score > 1e150  # z clipped at 1e100: z^2 / d
+    md = e.to_markdown()
+    assert f"OOD score = {e.ood_score:.3e}," in md
+    top = e.anomalous_features[0]
+    assert f"| {top.name} | {top.score:.3e} |" in md
+    assert max(len(run) for run in re.findall(r"[0-9]+", md)) < 20  # not 200 digits of fixed notation
+    assert f"OOD score = {fitted.explain(X[0]).ood_score:.3f}," in fitted.explain(X[0]).to_markdown()
 
 
 def test_explain_takes_exactly_one_valid_sample(fitted, data):
