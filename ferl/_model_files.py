@@ -206,7 +206,7 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
     cov = np.zeros((leaves.size, d, d))
     cov[:, rows, cols] = fields.pop("cov_tril")
     cov[:, cols, rows] = cov[:, rows, cols]
-    # every variance holds the ridge; a leaf that borrows its ancestor's correlations
+    # every variance holds the ridge; a small leaf that takes the pooled correlations
     # (`ferl.typicality`) can have eigenvalues far below it, so the check is definiteness itself
     if leaves.size and (np.diagonal(cov, axis1=1, axis2=2).min() < RIDGE * (1 - 1e-9)
                         or np.linalg.eigvalsh(cov).min() <= 0):

@@ -1,10 +1,10 @@
 """ZCA-cor whitening of the leaf covariances and their per-feature log-det shares (`ferl.typicality`).
 
-A leaf below ``SUPPORT d`` (`ferl.typicality`) keeps its own variances and borrows its nearest supported
-ancestor's correlations (`ferl._leaf_fit`), so a tree has far fewer distinct correlation matrices
-than leaves (CUB-shaped FERL-deep, ``scripts/bench_scale.py --sections cub``: 717 leaves, 200
-distinct). ``R^{-1/2}`` is computed once per distinct correlation matrix (matrices equal to 1e-9,
-i.e. the same up to rounding, are one) and each leaf scales it by its own ``V^{-1/2}``.
+A leaf below ``SUPPORT d`` (`ferl.typicality`) keeps its own variances and takes the pooled
+within-leaf correlations (`ferl._leaf_fit`), so a tree has far fewer distinct correlation matrices
+than leaves (one for all the small leaves, one per supported leaf). ``R^{-1/2}`` is computed once
+per distinct correlation matrix (matrices equal to 1e-9, i.e. the same up to rounding, are one) and
+each leaf scales it by its own ``V^{-1/2}``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 
 __all__ = ["whitening"]
 
-#: Correlations are grouped on their values rounded to this many decimals (those of one ancestor
+#: Correlations are grouped on their values rounded to this many decimals (the small leaves'
 #: differ by rounding only, some 1e-16; a group split at a rounding boundary only costs one more
 #: decomposition).
 DECIMALS = 9

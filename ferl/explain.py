@@ -79,7 +79,7 @@ class Explanation:
     firing : float
         Total leaf firing (``1 -`` the routing mass lost to the gates).
     ood_score : float
-        Default OOD score (``nll``, `ferl.novelty.Novelty.score`), higher = more novel; the
+        Default OOD score (``leaf``, `ferl.novelty.Novelty.score`), higher = more novel; the
         attributes' scores below are its parts.
     anomalous_features : tuple of AnomalousFeature
         Most anomalous attributes, highest first.
