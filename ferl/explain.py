@@ -141,7 +141,14 @@ class Explanation:
         Sources whose firing rounds to zero at ``digits`` are counted in one line rather than
         listed (the strongest source is always listed); `to_dict` keeps every source. The unbounded
         scores (OOD score, attribute scores) are printed in scientific notation from 1e6 on.
+
+        Raises
+        ------
+        ValueError
+            ``digits`` is not a non-negative integer.
         """
+        if isinstance(digits, bool) or not isinstance(digits, int | np.integer) or digits < 0:
+            raise ValueError(f"digits must be a non-negative integer, got {digits!r}")
         f = f".{digits}f"
         members = ", ".join(_md(c) for c in self.credal_set)
         verdict = "abstains (credal set = every class)" if self.abstain else f"credal set {{{members}}}"

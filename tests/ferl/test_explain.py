@@ -122,6 +122,14 @@ def test_markdown_prints_the_huge_finite_scores_of_a_far_input_in_scientific_not
     assert f"OOD score = {fitted.explain(X[0]).ood_score:.3f}," in fitted.explain(X[0]).to_markdown()
 
 
+@pytest.mark.parametrize("digits", [-1, 1.5, None, True, "3"])
+def test_markdown_refuses_digits_that_are_not_a_non_negative_integer_by_name(fitted, data, digits):
+    X, _ = data
+    message = f"digits must be a non-negative integer, got {re.escape(repr(digits))}"
+    with pytest.raises(ValueError, match=message):
+        fitted.explain(X[0]).to_markdown(digits)
+
+
 def test_explain_takes_exactly_one_valid_sample(fitted, data):
     X, _ = data
     assert fitted.explain(X[:1]).prediction == fitted.explain(X[0]).prediction
