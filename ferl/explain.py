@@ -39,7 +39,8 @@ class FiredSource:
     firing : float
         ``phi_o(x)`` in (0, 1], after the gates.
     reliability : float
-        ``r_o(x)`` in (0, 1]: how typical the input is for the source (1 with the discount off).
+        ``r_o(x)`` in [0, 1]: how typical the input is for the source (1 with the discount off; 0 where
+        its exponential underflows, far off the training data with the gates off).
     mass : tuple of float
         ``m_o({c}) = r_o phi_o p_o(c)`` per class (``classes_`` order).
     ignorance : float
