@@ -168,11 +168,51 @@ def _fold_totals(s1, s2, own, t1, t2):
 
 
 @njit(cache=True)
+def _fold_out(s0, s1, s2, t1, t2, total, k, own, o1, o2):
+    """The sums without fold ``k``: of ``s1`` into ``o1``, of ``s2`` into ``o2`` (its lower triangle
+    when ``own``, else its diagonal); returns that of ``s0``. The totals ``total``, ``t1``, ``t2``
+    minus the fold's sums, or, when the fold holds more than half the weight, the sums of the other
+    folds: there the difference cancels to rounding noise (a fold holding all but 1e-100 of a leaf's
+    weight gave a fold-out Gaussian of noise whose NLLs overflowed). Only one fold can hold more
+    than half the weight, so this costs one more pass over the fold sums at most."""
+    n_folds, d = s1.shape
+    direct = s0[k] > 0.5 * total
+    count = total - s0[k]
+    if direct:
+        count = 0.0
+        for j in range(n_folds):
+            if j != k:
+                count += s0[j]
+    for f in range(d):
+        if direct:
+            acc = 0.0
+            for j in range(n_folds):
+                if j != k:
+                    acc += s1[j, f]
+            o1[f] = acc
+        else:
+            o1[f] = t1[f] - s1[k, f]
+        for g in range(f + 1):
+            if g < f and not own:
+                continue
+            if direct:
+                acc = 0.0
+                for j in range(n_folds):
+                    if j != k:
+                        acc += s2[j, f, g]
+                o2[f, g] = acc
+            else:
+                o2[f, g] = t2[f, g] - s2[k, f, g]
+    return count
+
+
+@njit(cache=True)
 def _scratch(n_folds, d):
-    """Buffers of `_moments` and `_fold_totals`: count (1,), mean (d,), fold sums s1 (n_folds, d) and
-    s2 (n_folds, d, d), their totals t1 (d,) and t2 (d, d)."""
+    """Buffers of `_moments`, `_fold_totals` and `_fold_out`: count (1,), mean (d,), fold sums s1
+    (n_folds, d) and s2 (n_folds, d, d), their totals t1 (d,) and t2 (d, d), the sums without a
+    fold o1 (d,) and o2 (d, d)."""
     return (np.empty(1), np.empty(d), np.empty((n_folds, d)), np.empty((n_folds, d, d)), np.empty(d),
-            np.empty((d, d)))
+            np.empty((d, d)), np.empty(d), np.empty((d, d)))
 
 
 @njit(cache=True)
@@ -184,7 +224,7 @@ def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
     K1 = n_folds + 1
     P = np.zeros((K1, d, d))
     N = np.zeros(K1)
-    node_count, node_mean, s1, s2, t1, t2 = _scratch(n_folds, d)
+    node_count, node_mean, s1, s2, t1, t2, o1, o2 = _scratch(n_folds, d)
     shift = np.empty(d)
     for o in range(feature.shape[0]):
         if feature[o] >= 0:
@@ -200,15 +240,15 @@ def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
             for g in range(f + 1):
                 P[0, f, g] += t2[f, g]
         for k in range(n_folds):  # the scatter about the fold-out mean: minus out0 shift shift'
-            out0 = total - s0[k]
+            out0 = _fold_out(s0, s1, s2, t1, t2, total, k, True, o1, o2)
             if out0 <= 0.0:
                 continue
             N[1 + k] += out0
             for f in range(d):
-                shift[f] = (t1[f] - s1[k, f]) / out0
+                shift[f] = o1[f] / out0
             for f in range(d):
                 for g in range(f + 1):
-                    P[1 + k, f, g] += t2[f, g] - s2[k, f, g] - out0 * shift[f] * shift[g]
+                    P[1 + k, f, g] += o2[f, g] - out0 * shift[f] * shift[g]
     for k in range(K1):
         for f in range(d):
             for g in range(f + 1):
@@ -286,7 +326,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     values = np.empty(n_values)
     weights = np.empty(n_values)
     m = 0
-    node_count, node_mean, s1, s2, t1, t2 = _scratch(n_folds, d)
+    node_count, node_mean, s1, s2, t1, t2, o1, o2 = _scratch(n_folds, d)
     var = np.empty((K1, d))  # a small leaf's shrunk variances
     full = np.empty((K1, d, d))  # a supported leaf's shrunk covariance
     chol = np.empty((n_folds, d, d))
@@ -303,8 +343,8 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         s0 = _moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, own)
         total = node_count[0]
         _fold_totals(s1, s2, own, t1, t2)
-        for k in range(K1):  # k = 0: all rows; 1 + k: without fold k (the totals minus its sums)
-            cnt = total if k == 0 else total - s0[k - 1]
+        for k in range(K1):  # k = 0: all rows; 1 + k: without fold k (`_fold_out`)
+            cnt = total if k == 0 else _fold_out(s0, s1, s2, t1, t2, total, k - 1, own, o1, o2)
             if cnt <= 0.0:  # no weight: the parent's mean and, for a leaf, the pooled covariance
                 bm[t, k] = bm[t - 1, k]
                 if leaf:
@@ -313,7 +353,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
                     full[k] = pooled[k]
                 continue
             for f in range(d):
-                shift = 0.0 if k == 0 else (t1[f] - s1[k - 1, f]) / cnt
+                shift = 0.0 if k == 0 else o1[f] / cnt
                 bm[t, k, f] = node_mean[f] + shift
             if not leaf:
                 continue
@@ -322,7 +362,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
                 for g in range(f + 1):
                     if g < f and not own:
                         continue
-                    S = t2[f, g] if k == 0 else t2[f, g] - s2[k - 1, f, g]
+                    S = t2[f, g] if k == 0 else o2[f, g]
                     S = S / cnt - (bm[t, k, f] - node_mean[f]) * (bm[t, k, g] - node_mean[g])
                     c = a * S + (1.0 - a) * pooled[k, f, g]
                     if g == f:

@@ -201,6 +201,27 @@ def test_sample_weights_spanning_1e600_fit_finite_leaf_gaussians():
     assert np.isfinite(ev.mass).all() and np.isfinite(ev.ignorance).all()
 
 
+def test_a_fold_holding_nearly_all_the_weight_leaves_the_reliability_finite(tmp_path):
+    """Weights from 1e-100 to 1e100: the fold-out moments, taken as the total minus the fold's
+    sums, cancelled when one fold held nearly all of a leaf's weight; the fold-out Gaussian was
+    rounding noise, its cross-fitted NLLs overflowed to inf, the reliability came out (inf, nan),
+    every discounted read-out raised "reliabilities must lie in [0, 1]" and the saved model did not
+    load."""
+    rng = np.random.default_rng(33)
+    y = rng.integers(0, 5, 71)
+    sw = 10.0 ** rng.uniform(-100, 100, 71)
+    sw[rng.random(71) < 0.2] = 0
+    X = np.random.default_rng(1).normal(size=(71, 7))
+    clf = FERLClassifier("compact", novelty_discount=True, random_state=0).fit(X, y, sample_weight=sw)
+    tau, width = clf.leaf_gaussians_.reliability
+    assert np.isfinite(tau) and tau >= 0 and 0 < width < np.inf
+    probes = np.vstack([X, X + 3.0])
+    ev = clf.evidence(probes)
+    np.testing.assert_allclose(ev.mass.sum(axis=1) + ev.ignorance, 1.0)
+    loaded = FERLClassifier.load(clf.save(tmp_path / "model"))
+    np.testing.assert_array_equal(loaded.evidence(probes).mass, ev.mass)
+
+
 @pytest.mark.parametrize("variant", ["compact", "deep"])
 def test_rows_of_weight_zero_change_nothing_with_the_discount(variant):
     """The cross-fit folds went by row index, so zero-weight rows moved the others between folds
