@@ -306,7 +306,8 @@ def fires_alone(firing: Firing, sample_weight: np.ndarray, leaves: np.ndarray) -
     for j, o in enumerate(idx):
         at = slice(firing.start[o], firing.start[o] + firing.count[o])
         held[j] = sample_weight[firing.rows[at]] @ (firing.phi[at] > 0.5)
-    return held / sample_weight.sum()
+    # a dot product and a sum round differently: a rule holding all the weight came out 1 + 2e-16
+    return np.minimum(held / sample_weight.sum(), 1.0)
 
 
 def extract_rules(tree: FuzzyTree, feature_names, classes, alone: np.ndarray | None = None,

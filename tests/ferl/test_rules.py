@@ -279,6 +279,19 @@ def test_alone_survives_save_and_load_and_older_files_print_na(tmp_path, data):
         FERLClassifier.load(tmp_path / "bad")
 
 
+def test_a_rule_holding_all_the_weight_has_share_one_and_its_model_loads(tmp_path):
+    """The held weight was a dot product, the total a sum: summed in other orders, a single rule's
+    share came out 1.0000000000000002, and load refused the file ("rule_alone is not one share in
+    [0, 1] per rule")."""
+    rng = np.random.default_rng(1)
+    X, y, w = rng.normal(size=(50, 2)), np.arange(50) % 2, rng.random(50)
+    clf = FERLClassifier("compact", random_state=0, max_rules=2).fit(X, y, sample_weight=w)
+    assert clf.n_rules_ == 1
+    assert clf.rule_alone_.tolist() == [1.0]
+    loaded = FERLClassifier.load(clf.save(tmp_path / "m"))
+    assert loaded.rule_alone_.tolist() == [1.0]
+
+
 def test_markdown_rule_table_and_bad_style(fitted):
     md = fitted.export_text(style="markdown")
     lines = md.splitlines()
