@@ -112,15 +112,30 @@ def _moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out, s1,
 
 @njit(cache=True)
 def _cholesky(A, floor):
-    """Lower Cholesky factor of ``A = S + floor I`` (LAPACK). Where rounding left ``S`` indefinite
-    (fold-out moments cancel when the sample weights span some 1e150), the factor with every pivot
-    floored at ``floor``, which leaves a positive semi-definite ``S``'s factor as it is: the pivots
-    of ``S + floor I`` are never below ``floor``."""
+    """Lower Cholesky factor of ``A = S + floor I`` (LAPACK). Where rounding left ``A`` indefinite
+    (fold-out moments cancel when the sample weights span some 1e150; a fold-out covariance near
+    1e80 hides the ridge below its rounding), the factor of ``A + s I`` with the smallest shift
+    ``s = 4 d eps max_f A_ff 10^j`` that LAPACK accepts: ``s`` is at the rounding level of ``A``,
+    and the factor's pivots stay above ``sqrt(s)``. (Flooring each pivot at ``floor`` instead grew
+    the factor without bound: 1e267 from entries of 1e79, and the NLLs overflowed.) Where no shift
+    up to ``1e40 s`` does, i.e. ``A`` is not finite, the factor with every pivot floored at ``floor``."""
     try:
         return np.linalg.cholesky(A)
     except Exception:  # numba cannot name LinAlgError
         pass
     d = A.shape[0]
+    top = floor
+    for f in range(d):
+        top = max(top, A[f, f])
+    shift = 4.0 * d * np.finfo(np.float64).eps * top
+    B = A.copy()
+    for _ in range(40):
+        for f in range(d):
+            B[f, f] = A[f, f] + shift
+        try:
+            return np.linalg.cholesky(B)
+        except Exception:
+            shift *= 10.0
     L = np.zeros_like(A)
     for f in range(d):
         for g in range(f + 1):

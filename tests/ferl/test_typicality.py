@@ -222,6 +222,23 @@ def test_a_fold_holding_nearly_all_the_weight_leaves_the_reliability_finite(tmp_
     np.testing.assert_array_equal(loaded.evidence(probes).mass, ev.mass)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_fold_out_covariance_of_rank_one_far_above_the_ridge_gives_finite_scores(seed):
+    """One row of weight 1e80 and two of weight 1: standardised on the heavy row, the light ones
+    lie some 1e40 away, so the heavy row's fold-out covariance (the two light rows: rank one,
+    entries near 1e79) hides the ridge below its rounding. Its Cholesky fails and the fallback that
+    floored the pivots at the ridge grew the factor to 1e267: the NLLs overflowed and the
+    reliability came out (inf, nan) (seeds 0 and 2 here; 13 of 20 seeds at d = 5 with a weight
+    of 1e40 or 1e80)."""
+    X = np.random.default_rng(seed).normal(size=(3, 5))
+    clf = FERLClassifier("compact", novelty_discount=True, random_state=0).fit(
+        X, [0, 1, 0], sample_weight=[1.0, 1.0, 1e80])
+    tau, width = clf.leaf_gaussians_.reliability
+    assert np.isfinite(tau) and tau >= 0 and 0 < width < np.inf
+    ev = clf.evidence(np.vstack([X, X + 3.0]))
+    np.testing.assert_allclose(ev.mass.sum(axis=1) + ev.ignorance, 1.0)
+
+
 @pytest.mark.parametrize("variant", ["compact", "deep"])
 def test_rows_of_weight_zero_change_nothing_with_the_discount(variant):
     """The cross-fit folds went by row index, so zero-weight rows moved the others between folds
