@@ -48,7 +48,9 @@ def whitening(cov: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray]:
         if which[j] == len(corr):
             corr.append(r)
     lam, vec = np.linalg.eigh(np.array(corr).reshape(-1, *cov.shape[1:]))
-    lam = np.maximum(lam, np.finfo(np.float64).tiny)
+    # eigenvalues floored at the rounding level of a correlation matrix: a covariance of 1e170 (weights
+    # spanning 1e580) hides the ridge below its rounding and can come out indefinite in float64
+    lam = np.maximum(lam, lam.shape[-1] * np.finfo(np.float64).eps * lam.max(axis=-1, keepdims=True))
     # (R^{-1/2} V^{-1/2})^T = V^{-1/2} R^{-1/2}: R^{-1/2} with its rows scaled
     root = (vec / np.sqrt(lam)[:, None, :]) @ np.swapaxes(vec, 1, 2)
     whiten_t = root[which] * inv_sd[:, :, None]

@@ -239,6 +239,45 @@ def test_a_fold_out_covariance_of_rank_one_far_above_the_ridge_gives_finite_scor
     np.testing.assert_allclose(ev.mass.sum(axis=1) + ev.ignorance, 1.0)
 
 
+def _fuzzed(seed):
+    """A fuzzer's draw: features and class shifts at scales 1e-150..1e150, sample weights
+    1e-290..1e290 (a fifth zero), and probes: the first rows, scaled, and three at up to 1e300."""
+    r = np.random.default_rng(seed)
+    n, d, c = int(r.integers(2, 120)), int(r.integers(1, 13)), int(r.integers(2, 8))
+    y = r.integers(0, c, n)
+    y[:2] = [0, 1]
+    X = (r.normal(size=(n, d)) * 10.0 ** r.integers(-150, 150, d)
+         + y[:, None] * r.random(d) * 10.0 ** r.integers(-150, 150, d))
+    if r.random() < 0.3:
+        X = np.round(X)
+    if r.random() < 0.3:
+        X[:, r.integers(0, d)] = r.normal()
+    if r.random() < 0.3:
+        X, y = np.repeat(X, 2, axis=0), np.repeat(y, 2)
+    assert r.random() < 0.6  # the draws that carry weights
+    sw = 10.0 ** r.uniform(-290, 290, len(y))
+    sw[r.random(len(y)) < 0.2] = 0
+    sw[:2] = 1
+    r.random(), r.integers(0, 3), r.integers(0, 2)  # the fuzzer's estimator settings
+    far = r.normal(size=(3, d)) * 10.0 ** r.integers(-300, 300, (3, d))
+    probes = np.vstack([X[:5], X[:5] * 1.5 + 1, far])
+    return X, y, sw, probes
+
+
+@pytest.mark.parametrize(("seed", "variant"), [(598, "medium"), (858, "compact")])
+def test_leaf_covariances_hiding_the_ridge_below_rounding_give_finite_scores(seed, variant):
+    """Weights spanning 1e580 put the light rows some 1e60 standard deviations from the heavy ones,
+    so leaf covariances reach 1e120-1e170 and, in float64, lose their definiteness (smallest
+    eigenvalue -2.7e155). The whitening floored their correlations' eigenvalues at the smallest
+    normal number: factors of 1e146, and the leaf score of the far probes was inf."""
+    X, y, sw, probes = _fuzzed(seed)
+    clf = FERLClassifier(variant, random_state=0).fit(X, y, sample_weight=sw)
+    for kind in ("leaf", "nll"):
+        assert np.isfinite(clf.ood_score(probes, kind)).all()
+    parts = [sum(a.score for a in row) for row in clf.anomalous_features(probes, top_k=None)]
+    np.testing.assert_allclose(parts, clf.ood_score(probes), rtol=1e-9)
+
+
 @pytest.mark.parametrize("variant", ["compact", "deep"])
 def test_rows_of_weight_zero_change_nothing_with_the_discount(variant):
     """The cross-fit folds went by row index, so zero-weight rows moved the others between folds
