@@ -182,7 +182,7 @@ def _leaf_arrays(model: LeafGaussians) -> dict[str, np.ndarray]:
 def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGaussians:
     """Rebuild the leaf Gaussians; ValueError for missing arrays or a hand-edited, inconsistent file
     (shapes, finiteness, the tree's leaves, positive scales and width, covariances symmetric
-    positive definite with eigenvalues of at least ``RIDGE / 2``)."""
+    with the ridge on their variances and no eigenvalue below minus their rounding level)."""
     names = [f"leaf_{k}" for k in LeafGaussians.SAVED_FIELDS if k != "cov"] + ["leaf_cov_tril"]
     missing = [k for k in names if k not in arrays]
     if missing:
@@ -208,8 +208,10 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
     cov[:, cols, rows] = cov[:, rows, cols]
     # every variance holds the ridge; a small leaf that takes the pooled correlations
     # (`ferl.typicality`) can have eigenvalues far below it, so the check is definiteness itself
+    # (up to its rounding: a covariance near 1e58, weights spanning 1e580, came out indefinite by 1e42)
+    lam = np.linalg.eigvalsh(cov)
     if leaves.size and (np.diagonal(cov, axis1=1, axis2=2).min() < RIDGE * (1 - 1e-9)
-                        or np.linalg.eigvalsh(cov).min() <= 0):
+                        or (lam.min(axis=1) < -d * np.finfo(np.float64).eps * np.abs(lam).max(axis=1)).any()):
         _corrupted(path, "a leaf covariance is not positive definite or lost its ridge")
     return LeafGaussians(**{k: np.asarray(v, dtype=np.float64) if k != "leaves" else v
                             for k, v in fields.items()}, cov=cov)

@@ -117,6 +117,9 @@ RELIABILITY_QUANTILES = (0.9, 0.96)
 BLAS_ROWS = 8
 #: Standardised inputs are clipped to ``[-Z_MAX, Z_MAX]``: scores stay finite for any finite input.
 Z_MAX = 1e100
+#: A cross-fitted leaf typicality score that rounding made NaN or infinite counts as this (finite,
+#: so that the reliability's ``(tau, lambda)`` are).
+VALUE_MAX = np.finfo(np.float64).max / 8
 
 
 def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
@@ -259,7 +262,9 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
         np.asarray(tree.right, dtype=np.int64), np.asarray(tree.parent, dtype=np.int64), free,
         free.sum(axis=1).astype(np.int64), _folds(sw), CROSS_FIT, VAR_FLOOR, Z_MAX)
     del U  # the rest needs only the per-pair values: one copy of X fewer at the quantiles
-    values = values / d + residual / 2
+    # finite whatever rounding did to a fold-out Gaussian (an NLL overflowed to inf with weights
+    # spanning 1e580), with room for the quantiles' arithmetic
+    values = np.nan_to_num(values / d + residual / 2, nan=VALUE_MAX, posinf=VALUE_MAX)
     q0, q1 = RELIABILITY_QUANTILES
     tau = _weighted_quantile(values, weights, q0)
     half = _weighted_quantile(values, weights, q1)

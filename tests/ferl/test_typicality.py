@@ -278,6 +278,21 @@ def test_leaf_covariances_hiding_the_ridge_below_rounding_give_finite_scores(see
     np.testing.assert_allclose(parts, clf.ood_score(probes), rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", [727, 736])
+def test_a_model_fitted_on_weights_spanning_1e580_reads_out_and_loads(seed, tmp_path):
+    """727: a cross-fitted NLL overflowed to inf, the reliability came out (inf, nan), every
+    discounted read-out raised and load refused the file; 736: leaf covariances near 1e58 came out
+    indefinite by rounding (smallest eigenvalue -1e42) and load refused the file."""
+    X, y, sw, probes = _fuzzed(seed)
+    clf = FERLClassifier("medium", novelty_discount=True, random_state=0).fit(X, y, sample_weight=sw)
+    tau, width = clf.leaf_gaussians_.reliability
+    assert np.isfinite(tau) and tau >= 0 and 0 < width < np.inf
+    ev = clf.evidence(probes)
+    np.testing.assert_allclose(ev.mass.sum(axis=1) + ev.ignorance, 1.0)
+    loaded = FERLClassifier.load(clf.save(tmp_path / "model"))
+    np.testing.assert_array_equal(loaded.ood_score(probes), clf.ood_score(probes))
+
+
 @pytest.mark.parametrize("variant", ["compact", "deep"])
 def test_rows_of_weight_zero_change_nothing_with_the_discount(variant):
     """The cross-fit folds went by row index, so zero-weight rows moved the others between folds
