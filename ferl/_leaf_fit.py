@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ferl._fold_moments import fold_moments, fold_out, fold_totals, leaf_weight, moment_buffers
+
 __all__ = ["depth_first", "fit_kernel"]
 
 
@@ -49,65 +51,6 @@ def depth_first(feature, left, right):
             stack[top + 1] = left[o]
             top += 2
     return order[:m]
-
-
-@njit(cache=True)
-def _weight(sw, entries, rows, phi0):
-    """Soft count of a node: the sum of ``phi0 * sw`` over its positive entries (as `_moments` sums it)."""
-    count = 0.0
-    for q in entries:
-        w = phi0[q] * sw[rows[q]]
-        if w > 0.0:
-            count += w
-    return count
-
-
-@njit(cache=True)
-def _moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out, s1, s2, full):
-    """Weighted count and mean of a node's rows (all of them) and, on rows centred at that mean, the
-    sums ``s0, s1, s2`` of each fold (row ``r`` in fold ``fold[r]``); of ``s2`` the lower triangle
-    when ``full``, else its diagonal only. Returns ``s0`` of shape (n_folds,)."""
-    d = U.shape[1]
-    s0 = np.zeros(n_folds)
-    s1[:] = 0.0
-    if full:
-        s2[:] = 0.0
-    else:
-        for k in range(n_folds):
-            for f in range(d):
-                s2[k, f, f] = 0.0
-    mean_out[:] = 0.0
-    count = 0.0
-    for q in entries:
-        r = rows[q]
-        w = phi0[q] * sw[r]
-        if w > 0.0:
-            count += w
-            for f in range(d):
-                mean_out[f] += w * U[r, f]
-    if count > 0.0:
-        mean_out /= count
-    z = np.empty(d)
-    for q in entries:
-        r = rows[q]
-        w = phi0[q] * sw[r]
-        if w <= 0.0:
-            continue
-        k = fold[r]
-        s0[k] += w
-        for f in range(d):
-            z[f] = U[r, f] - mean_out[f]
-            s1[k, f] += w * z[f]
-        if not full:
-            for f in range(d):
-                s2[k, f, f] += w * z[f] * z[f]
-            continue
-        for f in range(d):
-            wz = w * z[f]
-            for g in range(f + 1):
-                s2[k, f, g] += wz * z[g]
-    count_out[0] = count
-    return s0
 
 
 @njit(cache=True)
@@ -164,73 +107,6 @@ def _correlation(C, ridge, out):
 
 
 @njit(cache=True)
-def _fold_totals(s1, s2, own, t1, t2):
-    """Sums over the folds of ``s1`` into ``t1`` and of ``s2`` into ``t2`` (its lower triangle when
-    ``own``, else its diagonal)."""
-    n_folds, d = s1.shape
-    for f in range(d):
-        acc = 0.0
-        for k in range(n_folds):
-            acc += s1[k, f]
-        t1[f] = acc
-        for g in range(f + 1):
-            if g < f and not own:
-                continue
-            acc = 0.0
-            for k in range(n_folds):
-                acc += s2[k, f, g]
-            t2[f, g] = acc
-
-
-@njit(cache=True)
-def _fold_out(s0, s1, s2, t1, t2, total, k, own, o1, o2):
-    """The sums without fold ``k``: of ``s1`` into ``o1``, of ``s2`` into ``o2`` (its lower triangle
-    when ``own``, else its diagonal); returns that of ``s0``. The totals ``total``, ``t1``, ``t2``
-    minus the fold's sums, or, when the fold holds more than half the weight, the sums of the other
-    folds: there the difference cancels to rounding noise (a fold holding all but 1e-100 of a leaf's
-    weight gave a fold-out Gaussian of noise whose NLLs overflowed). Only one fold can hold more
-    than half the weight, so this costs one more pass over the fold sums at most."""
-    n_folds, d = s1.shape
-    direct = s0[k] > 0.5 * total
-    count = total - s0[k]
-    if direct:
-        count = 0.0
-        for j in range(n_folds):
-            if j != k:
-                count += s0[j]
-    for f in range(d):
-        if direct:
-            acc = 0.0
-            for j in range(n_folds):
-                if j != k:
-                    acc += s1[j, f]
-            o1[f] = acc
-        else:
-            o1[f] = t1[f] - s1[k, f]
-        for g in range(f + 1):
-            if g < f and not own:
-                continue
-            if direct:
-                acc = 0.0
-                for j in range(n_folds):
-                    if j != k:
-                        acc += s2[j, f, g]
-                o2[f, g] = acc
-            else:
-                o2[f, g] = t2[f, g] - s2[k, f, g]
-    return count
-
-
-@njit(cache=True)
-def _scratch(n_folds, d):
-    """Buffers of `_moments`, `_fold_totals` and `_fold_out`: count (1,), mean (d,), fold sums s1
-    (n_folds, d) and s2 (n_folds, d, d), their totals t1 (d,) and t2 (d, d), the sums without a
-    fold o1 (d,) and o2 (d, d)."""
-    return (np.empty(1), np.empty(d), np.empty((n_folds, d)), np.empty((n_folds, d, d)), np.empty(d),
-            np.empty((d, d)), np.empty(d), np.empty((d, d)))
-
-
-@njit(cache=True)
 def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
     """The pooled within-leaf covariance on all rows (index 0) and without each fold (``1 + k``),
     shape (n_folds + 1, d, d), symmetric: every leaf's weighted scatter about its own mean, summed,
@@ -239,23 +115,23 @@ def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
     K1 = n_folds + 1
     P = np.zeros((K1, d, d))
     N = np.zeros(K1)
-    node_count, node_mean, s1, s2, t1, t2, o1, o2 = _scratch(n_folds, d)
+    node_count, node_mean, s1, s2, t1, t2, o1, o2 = moment_buffers(n_folds, d)
     shift = np.empty(d)
     for o in range(feature.shape[0]):
         if feature[o] >= 0:
             continue
         entries = np.arange(start[o], start[o] + count[o])
-        s0 = _moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, True)
+        s0 = fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, True)
         total = node_count[0]
         if total <= 0.0:
             continue
-        _fold_totals(s1, s2, True, t1, t2)
+        fold_totals(s1, s2, True, t1, t2)
         N[0] += total
         for f in range(d):
             for g in range(f + 1):
                 P[0, f, g] += t2[f, g]
         for k in range(n_folds):  # the scatter about the fold-out mean: minus out0 shift shift'
-            out0 = _fold_out(s0, s1, s2, t1, t2, total, k, True, o1, o2)
+            out0 = fold_out(s0, s1, s2, t1, t2, total, k, True, o1, o2)
             if out0 <= 0.0:
                 continue
             N[1 + k] += out0
@@ -341,7 +217,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     values = np.empty(n_values)
     weights = np.empty(n_values)
     m = 0
-    node_count, node_mean, s1, s2, t1, t2, o1, o2 = _scratch(n_folds, d)
+    node_count, node_mean, s1, s2, t1, t2, o1, o2 = moment_buffers(n_folds, d)
     var = np.empty((K1, d))  # a small leaf's shrunk variances
     full = np.empty((K1, d, d))  # a supported leaf's shrunk covariance
     chol = np.empty((n_folds, d, d))
@@ -354,12 +230,12 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         t = depth[o] + 1  # this node's slot; its parent's is t - 1
         leaf = feature[o] < 0
         entries = np.arange(start[o], start[o] + count[o])
-        own = leaf and _weight(sw, entries, rows, phi0) >= support_d  # decided on all rows
-        s0 = _moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, own)
+        own = leaf and leaf_weight(sw, entries, rows, phi0) >= support_d  # decided on all rows
+        s0 = fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, own)
         total = node_count[0]
-        _fold_totals(s1, s2, own, t1, t2)
-        for k in range(K1):  # k = 0: all rows; 1 + k: without fold k (`_fold_out`)
-            cnt = total if k == 0 else _fold_out(s0, s1, s2, t1, t2, total, k - 1, own, o1, o2)
+        fold_totals(s1, s2, own, t1, t2)
+        for k in range(K1):  # k = 0: all rows; 1 + k: without fold k (`fold_out`)
+            cnt = total if k == 0 else fold_out(s0, s1, s2, t1, t2, total, k - 1, own, o1, o2)
             if cnt <= 0.0:  # no weight: the parent's mean and, for a leaf, the pooled covariance
                 bm[t, k] = bm[t - 1, k]
                 if leaf:
