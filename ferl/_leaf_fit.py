@@ -4,7 +4,8 @@ leaf's moments with their fold-out versions shrunk to it, and the cross-fitted l
 Compiled passes replaced a per-node loop of numpy calls whose Python overhead dominated small trees
 (the leaf Gaussians of wine's FERL-deep went from 25 ms to 4 ms CPU, identical to 1e-15). Per leaf
 and fold the sums are taken on rows centred at the leaf's mean, so a fold-out moment costs no pass
-over the rows; memory beyond the outputs is one set of moments and the pooled covariances.
+over the rows (`ferl._fold_moments`); memory beyond the outputs is one set of moments and the
+pooled covariances.
 
 A leaf below ``SUPPORT d`` (`ferl.typicality`) gets its mean and variances only (the diagonal of
 its second moments) and the pooled correlations; its fold-out NLLs scale the row by the leaf's own
