@@ -12,6 +12,7 @@ import yaml
 
 from cbm.data import ConceptDataModule
 from cbm.data.concept_tables import load_concept_table, save_concept_table
+from cbm.heads import load_head
 from cbm.heads.fit import fit_head
 from cbm.interventions import InterventionSettings, evaluate_interventions, load_concepts, open_head
 from cbm.interventions.cli import evaluate_interventions_main
@@ -48,10 +49,21 @@ def test_tables_carry_the_data_sets_groups(tiny_run):
         assert "concept_groups" in z.files
 
 
-def test_run_level_intervention_and_explanation(tiny_run):
+def test_run_level_intervention_and_explanation(tiny_run, monkeypatch):
     run = load_concepts(tiny_run)
+    saved = tiny_run / "head" / "ferl-deep" / "calibrated"
+    assert (saved / "current.json").is_file() and not (saved / "head.json").exists()  # a versioned save
+
+    def refit(*args, **kwargs):
+        raise AssertionError("a sequential head must be fit-head's saved head, not a refit")
+
+    # a refit had other rules (20 where fit-head's head had 173 on the demo run)
+    monkeypatch.setattr("cbm.interventions.run.make_head", refit)
     rh = open_head(run, "ferl-deep", "sequential")
+    monkeypatch.undo()
     assert rh.groups.n_groups == 7 and all(rh.groups.exclusive)
+    X = rh.concepts("test")
+    np.testing.assert_array_equal(rh.head.predict_proba(X), load_head(saved).predict_proba(X))
     done, out = rh.intervene("test", {"colour": "red"}, rows=[0, 1])
     red = rh.groups.concept_index("colour::red")
     assert (done.X[:2, red] == 1).all() and np.array_equal(done.X[2:], rh.concepts("test")[2:])
