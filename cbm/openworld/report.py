@@ -146,7 +146,7 @@ def heads_markdown(summary: pd.DataFrame, top_k: Sequence[int]) -> str:
             for k in top_k:
                 row[label.format(k=k)] = _cell(*lookup.loc[(h, f"{prefix}@{k}"), ["mean", "std"]])
         row["chance"] = f"{100 * lookup.loc[(h, 'chance'), 'mean']:.1f}"
-        row["|truth|"] = f"{lookup.loc[(h, 'mean_truth_size'), 'mean']:.2f}"
+        row["truth size"] = f"{lookup.loc[(h, 'mean_truth_size'), 'mean']:.2f}"
         for k in top_k:
             row[f"p@{k} image truth"] = _cell(*lookup.loc[(h, f"image_precision@{k}"), ["mean", "std"]])
         row["image chance"] = f"{100 * lookup.loc[(h, 'image_chance'), 'mean']:.1f}"
@@ -304,7 +304,7 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
              "concepts where its class profile differs from the nearest retained class (Hamming distance "
              "of class profiles; ties: any nearest class). 'true concepts': the same FERL head given the "
              "held-out images' true concept labels instead of the detector's outputs (detector errors "
-             "removed). chance: the expected precision of a random ranking (|truth| / concepts). "
+             "removed). chance: the expected precision of a random ranking (truth size / concepts). "
              "'image truth': the concepts where each held-out image's own concept labels differ from "
              "its nearest retained class profile (differs from the class-level truth where images "
              "deviate from their class profile). "

@@ -74,13 +74,15 @@ def run_predict(run: str, *, images: Sequence[str] | None = None, folder: str | 
     """
     if sum(x is not None for x in (images, folder, concepts)) != 1:
         raise ValueError("give exactly one of --images, --folder or --concepts")
+    # the images are found before the run is loaded: a missing folder fails at once
+    paths = None if concepts is not None else (
+        [Path(p) for p in images] if images is not None else find_images(folder))
     pipe = Pipeline.from_run(run, head, inputs, device=device, batch_size=batch_size, top_k=top_k)
-    if concepts is not None:
+    if paths is None:
         given = read_concepts_file(concepts, pipe.concept_names)
         pred = pipe.predict_concepts(given.probs, given.ids, true_class=given.true_class)
         source = f"concept vectors from `{concepts}`"
     else:
-        paths = [Path(p) for p in images] if images is not None else find_images(folder)
         ids = [str(p) for p in paths] if folder is None else [p.relative_to(folder).as_posix() for p in paths]
         pred = pipe.predict(paths, ids, progress=progress)
         source = f"{len(paths)} image(s) from `{folder}`" if folder else f"{len(paths)} image file(s)"
@@ -120,7 +122,7 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
             print(f"not predicted: {r['error']}")
     if not rows:
         raise SystemExit(f"predict: error: none of the {len(pred.rows)} inputs could be read")
-    print(f"predicted {len(rows)} input(s) in {time.perf_counter() - start:.1f} s: "
+    print(f"predicted {len(rows)} of {len(pred.rows)} input(s) in {time.perf_counter() - start:.1f} s: "
           f"{sum(r['ood_flag'] for r in rows)} flagged as novel, {sum(r['abstained'] for r in rows)} "
           f"abstained, {pred.n_errors} unreadable")
     for f in files:

@@ -80,10 +80,14 @@ DASH = "–"
 
 
 def markdown_table(frame: pd.DataFrame) -> str:
-    """Render a frame of strings/numbers as a GitHub markdown table (index ignored)."""
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    """Render a frame of strings/numbers as a GitHub markdown table (index ignored); a ``|`` inside a
+    header or cell is escaped, so it cannot split the cell (a ``|truth|`` header did)."""
+    def cell(value) -> str:
+        return str(value).replace("|", "\\|")
+
+    header = "| " + " | ".join(cell(c) for c in frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(str(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    body = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join([header, rule, *body]) + "\n"
 
 

@@ -118,3 +118,6 @@ def test_targets_table_marks_met_and_unmet():
     assert "| FERL-deep AURC < CART's | 9.00 | 12.00 | yes |" in text
     assert "| best FERL-deep OOD AUROC >= kNN's | – | – | – |" in text
     assert markdown_table(pd.DataFrame({"a": [1], "b": ["x"]})) == "| a | b |\n|---|---|\n| 1 | x |\n"
+    # a pipe in a header or cell is escaped: each row keeps as many cells as the rule has
+    piped = markdown_table(pd.DataFrame({"|truth|": [1.5], "set": ["a|b"]}))
+    assert piped == "| \\|truth\\| | set |\n|---|---|\n| 1.5 | a\\|b |\n"

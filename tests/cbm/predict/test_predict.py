@@ -55,7 +55,7 @@ def test_custom_example_trains_fits_heads_and_predicts(example, run, tmp_path, c
                   "--threads", "2"])
     printed = capsys.readouterr().out
     assert "not predicted:" in printed and "broken.png: cannot read image" in printed
-    assert "predicted 6 input(s)" in printed and "1 unreadable" in printed
+    assert "predicted 6 of 7 input(s)" in printed and "1 unreadable" in printed
     table = pd.read_csv(tmp_path / "out" / "predictions.csv")
     assert table["input"].tolist() == ["blue_square_00.png", "blue_square_01.png", "blue_square_02.png",
                                        "blue_square_03.png", "blue_square_04.png", "blue_square_05.png",
@@ -162,3 +162,9 @@ def test_a_concepts_csv_with_a_byte_order_mark_and_an_unknown_device(run, tmp_pa
     for device in ("tpu", "", "cpu:0", "meta"):
         with pytest.raises(ValueError, match="unknown device"):
             Pipeline.from_run(run, device=device)
+
+
+def test_a_missing_image_folder_fails_before_the_run_is_loaded(tmp_path):
+    # the run does not exist either: the folder is checked first (it took 26 s of loading before)
+    with pytest.raises(FileNotFoundError, match="image folder .*nowhere does not exist"):
+        run_predict(str(tmp_path / "no-run"), folder=str(tmp_path / "nowhere"))
