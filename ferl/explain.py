@@ -140,7 +140,8 @@ class Explanation:
         """Markdown report: decision, per-class table, fired sources, anomalous attributes.
 
         Sources whose firing rounds to zero at ``digits`` are counted in one line rather than
-        listed (the strongest source is always listed); `to_dict` keeps every source. The unbounded
+        listed (the strongest source is always listed); `to_dict` keeps every source. The sources'
+        reliabilities are a column only where one of them is below 1 (`novelty_discount`). The unbounded
         scores (OOD score, attribute scores) are printed in scientific notation from 1e6 on.
 
         Raises
@@ -172,14 +173,17 @@ class Explanation:
         else:
             # rules whose firing rounds to 0 at `digits` are counted, not listed (the strongest is kept)
             shown = [s for s in self.sources if round(s.firing, digits) > 0] or list(self.sources[:1])
-            lines += ["| rule | firing | reliability | IF | THEN | masses |", "|---:|---:|---:|---|---|---|"]
+            discounted = any(s.reliability != 1.0 for s in self.sources)  # else a column of 1s
+            lines += ["| rule | firing | reliability | IF | THEN | masses |" if discounted
+                      else "| rule | firing | IF | THEN | masses |",
+                      "|---:|---:|---:|---|---|---|" if discounted else "|---:|---:|---|---|---|"]
             for s in shown:
                 masses = ", ".join(f"{_md(c)}: {m:{f}}" for c, m in zip(self.classes, s.mass, strict=True)
                                    if m > 0)
                 rid = s.rule_id if s.rule_id is not None else f"node {s.node}"
                 premise = " AND ".join(s.conditions) or "TRUE"
-                lines.append(f"| {rid} | {s.firing:{f}} | {s.reliability:{f}} | {_md(premise)} | "
-                             f"{_md(s.prediction)} | "
+                trust = f" {s.reliability:{f}} |" if discounted else ""
+                lines.append(f"| {rid} | {s.firing:{f}} |{trust} {_md(premise)} | {_md(s.prediction)} | "
                              f"{masses}, Θ: {s.ignorance:{f}} |")
             if len(shown) < len(self.sources):
                 rest = [s.firing for s in self.sources[len(shown):]]  # by decreasing firing

@@ -79,6 +79,9 @@ def test_json_and_markdown_renderings(fitted, data):
     assert len(doc["sources"]) == len(e.sources)
     md = e.to_markdown()
     assert f"**Prediction: {e.prediction}**" in md
+    # discount off: every reliability is 1, so no reliability column (6 cells a row, not 7)
+    assert all(s.reliability == 1.0 for s in e.sources) and "reliability" not in md
+    assert "| rule | firing | IF | THEN | masses |" in md and "|---:|---:|---|---|---|" in md
     for a in e.anomalous_features:
         assert f"| {a.name} |" in md
     for s in e.sources:
