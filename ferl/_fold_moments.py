@@ -74,23 +74,27 @@ def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out,
     return s0
 
 
+@njit(cache=True, inline="always")
+def _without(v, k):
+    """Sum of ``v`` (one value per fold) over the folds other than ``k``, in fold order (all of them
+    when ``k`` is -1)."""
+    acc = 0.0
+    for j in range(v.shape[0]):
+        if j != k:
+            acc += v[j]
+    return acc
+
+
 @njit(cache=True)
 def fold_totals(s1, s2, own, t1, t2):
     """Sums over the folds of ``s1`` into ``t1`` and of ``s2`` into ``t2`` (its lower triangle when
     ``own``, else its diagonal)."""
-    n_folds, d = s1.shape
+    d = s1.shape[1]
     for f in range(d):
-        acc = 0.0
-        for k in range(n_folds):
-            acc += s1[k, f]
-        t1[f] = acc
+        t1[f] = _without(s1[:, f], -1)
         for g in range(f + 1):
-            if g < f and not own:
-                continue
-            acc = 0.0
-            for k in range(n_folds):
-                acc += s2[k, f, g]
-            t2[f, g] = acc
+            if g == f or own:
+                t2[f, g] = _without(s2[:, f, g], -1)
 
 
 @njit(cache=True)
@@ -101,35 +105,14 @@ def fold_out(s0, s1, s2, t1, t2, total, k, own, o1, o2):
     folds: there the difference cancels to rounding noise (a fold holding all but 1e-100 of a leaf's
     weight gave a fold-out Gaussian of noise whose NLLs overflowed). Only one fold can hold more
     than half the weight, so this costs one more pass over the fold sums at most."""
-    n_folds, d = s1.shape
+    d = s1.shape[1]
     direct = s0[k] > 0.5 * total
-    count = total - s0[k]
-    if direct:
-        count = 0.0
-        for j in range(n_folds):
-            if j != k:
-                count += s0[j]
     for f in range(d):
-        if direct:
-            acc = 0.0
-            for j in range(n_folds):
-                if j != k:
-                    acc += s1[j, f]
-            o1[f] = acc
-        else:
-            o1[f] = t1[f] - s1[k, f]
+        o1[f] = _without(s1[:, f], k) if direct else t1[f] - s1[k, f]
         for g in range(f + 1):
-            if g < f and not own:
-                continue
-            if direct:
-                acc = 0.0
-                for j in range(n_folds):
-                    if j != k:
-                        acc += s2[j, f, g]
-                o2[f, g] = acc
-            else:
-                o2[f, g] = t2[f, g] - s2[k, f, g]
-    return count
+            if g == f or own:
+                o2[f, g] = _without(s2[:, f, g], k) if direct else t2[f, g] - s2[k, f, g]
+    return _without(s0, k) if direct else total - s0[k]
 
 
 @njit(cache=True)

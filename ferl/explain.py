@@ -174,9 +174,9 @@ class Explanation:
             # rules whose firing rounds to 0 at `digits` are counted, not listed (the strongest is kept)
             shown = [s for s in self.sources if round(s.firing, digits) > 0] or list(self.sources[:1])
             discounted = any(s.reliability != 1.0 for s in self.sources)  # else a column of 1s
-            lines += ["| rule | firing | reliability | IF | THEN | masses |" if discounted
-                      else "| rule | firing | IF | THEN | masses |",
-                      "|---:|---:|---:|---|---|---|" if discounted else "|---:|---:|---|---|---|"]
+            numbers = ["rule", "firing", "reliability"] if discounted else ["rule", "firing"]
+            lines += ["| " + " | ".join([*numbers, "IF", "THEN", "masses"]) + " |",
+                      "|" + "---:|" * len(numbers) + "---|---|---|"]
             for s in shown:
                 masses = ", ".join(f"{_md(c)}: {m:{f}}" for c, m in zip(self.classes, s.mass, strict=True)
                                    if m > 0)
