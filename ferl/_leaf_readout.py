@@ -16,7 +16,7 @@ from numba import njit
 
 from ferl._blas import one_blas_thread
 from ferl._firing import Firing
-from ferl.typicality import BLAS_ROWS, LeafGaussians, standardise
+from ferl.typicality import BLAS_ROWS, LeafGaussians, half_norm2, standardise
 
 __all__ = ["leaf_totals"]
 
@@ -61,11 +61,9 @@ def _leaf_totals(U, start, count, rows, phi0, leaves, mean, whiten_t, half_logde
                     vg = V[a, g]
                     for f in range(d):
                         w[f] += vg * whiten_t[j, g, f]
+                d2 = half_norm2(w)
             else:
-                w[:] = Wm[a]
-            d2 = 0.0
-            for f in range(d):
-                d2 += 0.5 * w[f] * w[f]
+                d2 = half_norm2(Wm[a])
             e = idx[a]
             value = d2 + half_logdet[j]
             total[rows[e]] += phi0[e] * value

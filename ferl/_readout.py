@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from ferl._firing import Firing
+from ferl._firing import Firing, Scratch
 from ferl._ood_score import TOTAL_KINDS, score_totals
 from ferl._reliability import leaf_typicality, source_reliability
 from ferl._tree import FuzzyTree
@@ -139,9 +139,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     evidence = evidence or score == "ignorance"
     discount = evidence and novelty_discount
     parts_e, parts_n, parts_s = [], [], []
+    scratch = Scratch()  # every output below is computed from `fired` before the next chunk
     for start in range(0, X.shape[0], CHUNK):
         rows = X[start:start + CHUNK]
-        fired = tree.sparse_firing(rows, gates, margin)
+        fired = tree.sparse_firing(rows, gates, margin, scratch)
         leaf_nll = None
         if novelty:
             parts_n.append(analyse(tree, leaves, rows, fired))

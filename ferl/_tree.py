@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ferl._firing import Firing, sparse_firing, training_firing
+from ferl._firing import Firing, Scratch, sparse_firing, training_firing
 from ferl._membership import membership, support_gate, trapezoid
 
 __all__ = ["FuzzyTree", "trapezoid", "membership", "support_gate"]
@@ -155,15 +155,20 @@ class FuzzyTree:
         cache[name] = (inputs, value)
         return value
 
-    def sparse_firing(self, X: np.ndarray, gates: bool, margin: np.ndarray) -> Firing:
-        """Sparse firings of the rows of ``X`` (n, n_features); see `sparse_firing`."""
+    def sparse_firing(self, X: np.ndarray, gates: bool, margin: np.ndarray,
+                      scratch: Scratch | None = None) -> Firing:
+        """Sparse firings of the rows of ``X`` (n, n_features); see `sparse_firing`. With a
+        ``scratch``, the entries are written into its buffers (grown there when they outgrow
+        them) and the result is a view, valid until the next call with the same scratch."""
         lo, hi, trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
             np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))
         X = np.ascontiguousarray(X, dtype=np.float64)
-        return Firing(*sparse_firing(
+        own = scratch if scratch is not None else Scratch()
+        start, count, own.rows, own.phi, own.phi0, own.lost, e = sparse_firing(
             X, self.feature, trap, self.left, self.right, lo, hi,
-            np.ascontiguousarray(margin, dtype=np.float64), gates,
-        ), n_samples=X.shape[0])
+            np.ascontiguousarray(margin, dtype=np.float64), gates, own.rows, own.phi, own.phi0, own.lost)
+        return Firing(start, count, own.rows[:e], own.phi[:e], own.phi0[:e], own.lost[:e],
+                      n_samples=X.shape[0])
 
     def training_firing(self, X: np.ndarray) -> Firing:
         """Ungated sparse firings of the training rows ``X`` (n, n_features) in exact-size, slim

@@ -180,8 +180,25 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (n, C), bool
     """
-    best = mass.max(axis=1, keepdims=True)
-    return mass + ignorance[:, None] >= best - DOMINANCE_TOL
+    mass = np.ascontiguousarray(mass, dtype=np.float64)
+    if mass.shape[1] == 0:
+        return np.zeros(mass.shape, dtype=bool)
+    return _dominance(mass, np.ascontiguousarray(ignorance, dtype=np.float64), DOMINANCE_TOL)
+
+
+@njit(cache=True)
+def _dominance(mass, ignorance, tol):
+    """`interval_dominance` row by row: numpy's ``max(axis=1)`` over a few classes cost 5 % of the
+    10^5-row read-out (the same comparisons, so the same sets)."""
+    n, n_classes = mass.shape
+    out = np.empty((n, n_classes), dtype=np.bool_)
+    for i in range(n):
+        best = mass[i, 0]
+        for c in range(1, n_classes):
+            best = max(best, mass[i, c])
+        for c in range(n_classes):
+            out[i, c] = mass[i, c] + ignorance[i] >= best - tol
+    return out
 
 
 @dataclass(frozen=True)

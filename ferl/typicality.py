@@ -125,6 +125,9 @@ VALUE_MAX = np.finfo(np.float64).max / 8
 def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``clip((X - center) / scale, -Z_MAX, Z_MAX)``, finite for finite ``X`` (no overflow warning).
 
+    One compiled pass over ``X`` (the same floats as numpy's subtract, divide and clip, which took
+    three passes and 5 % of the 10^5-row read-out).
+
     Parameters
     ----------
     X : ndarray of shape (n, d), float64, finite
@@ -134,10 +137,17 @@ def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndar
     -------
     ndarray of shape (n, d), float64, C-contiguous
     """
-    with np.errstate(over="ignore"):
-        U = X - center  # in place from here: one copy of X at a time
-        U /= scale
-    return np.ascontiguousarray(np.clip(U, -Z_MAX, Z_MAX, out=U))
+    return _standardise(*(np.ascontiguousarray(a, dtype=np.float64) for a in (X, center, scale)))
+
+
+@njit(cache=True)
+def _standardise(X, center, scale):
+    n, d = X.shape
+    U = np.empty((n, d))
+    for i in range(n):
+        for f in range(d):
+            U[i, f] = min(max((X[i, f] - center[f]) / scale[f], -Z_MAX), Z_MAX)
+    return U
 
 
 @dataclass
@@ -291,6 +301,17 @@ def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndar
     return mid + unit * m, np.where(half > 0, sd * unit, 1.0)
 
 
+@njit(cache=True, fastmath={"reassoc", "nsz"})
+def half_norm2(w):
+    """``sum_f w_f^2 / 2`` of a whitened row ``w`` (d,), float64: a leaf's Mahalanobis half of its
+    NLL. Its additions may be reassociated, so the compiler runs them in SIMD lanes instead of one
+    chain bound by their latency; every kernel reads the NLL from here, so all give the same floats."""
+    acc = 0.0
+    for f in range(w.shape[0]):
+        acc += 0.5 * w[f] * w[f]
+    return acc
+
+
 @njit(cache=True)
 def _leaf_kernel(U, phi0, mean, whiten_t, half_share, half_logdet, block):
     """Leaf by leaf: the rows the leaf reaches, whitened in one matrix product (BLAS) when they are
@@ -335,13 +356,10 @@ def _leaf_kernel(U, phi0, mean, whiten_t, half_share, half_logdet, block):
         for a in range(k):
             i = idx[ptr[j] + a]
             p = phi0[i, j]
-            d2 = 0.0
             for f in range(d):
-                w2 = 0.5 * Wm[a, f] * Wm[a, f]
-                deviation[i, f] += p * w2
+                deviation[i, f] += p * (0.5 * Wm[a, f] * Wm[a, f])
                 spread[i, f] += p * half_share[j, f]
-                d2 += w2
-            nll[i, j] = d2 + half_logdet[j]
+            nll[i, j] = half_norm2(Wm[a]) + half_logdet[j]
     return deviation, spread, nll
 
 

@@ -6,7 +6,7 @@ from sklearn.datasets import make_classification
 
 import ferl._readout as readout
 from ferl import FERLClassifier
-from ferl._firing import Firing
+from ferl._firing import Firing, Scratch
 from ferl._membership import trapezoid
 
 
@@ -86,6 +86,27 @@ def test_chunked_read_out_equals_one_pass(monkeypatch, combination):
         np.testing.assert_array_equal(getattr(parts.novelty, name), getattr(whole.novelty, name))
     # a leaf's rows are whitened in one BLAS product or row by row as the chunk holds them
     np.testing.assert_allclose(parts.score, whole.score, rtol=1e-13)
+
+
+def test_sparse_firing_grows_its_scratch_and_reuses_it():
+    clf, X = _fit("deep")
+    tree, margin = clf.tree_, clf._gate_margin()
+    batches = (X, X[:5] * 2.0, X[::-1])
+    fresh = [tree.sparse_firing(batch, True, margin) for batch in batches]
+    small = len(X) + 2  # room for the root's entries only: the first batch must grow it
+    scratch = Scratch(np.zeros(small, dtype=np.int64), np.zeros(small), np.zeros(small), np.zeros(small))
+    for batch, expected in zip(batches, fresh, strict=True):
+        got = tree.sparse_firing(batch, True, margin, scratch)
+        np.testing.assert_array_equal(got.start, expected.start)
+        np.testing.assert_array_equal(got.count, expected.count)
+        at = expected.entries()[0]  # the slots between nodes hold whatever the buffer held
+        for name in ("rows", "phi", "phi0", "lost"):
+            np.testing.assert_array_equal(getattr(got, name)[at], getattr(expected, name)[at], err_msg=name)
+        assert np.shares_memory(got.phi0, scratch.phi0)
+    assert scratch.rows.size > small
+    grown = scratch.rows
+    tree.sparse_firing(X[:5], True, margin, scratch)
+    assert scratch.rows is grown  # a smaller batch is written into the grown buffers
 
 
 def test_fast_input_path_gives_what_validation_gives():

@@ -10,7 +10,16 @@ from ferl import FERLClassifier
 from ferl._reliability import leaf_typicality
 from ferl.evidence import combine, discount
 from ferl.free_gaussians import VAR_FLOOR
-from ferl.typicality import CROSS_FIT, KAPPA, RELIABILITY_QUANTILES, RIDGE, SUPPORT, leaf_terms, standardise
+from ferl.typicality import (
+    CROSS_FIT,
+    KAPPA,
+    RELIABILITY_QUANTILES,
+    RIDGE,
+    SUPPORT,
+    Z_MAX,
+    leaf_terms,
+    standardise,
+)
 
 
 def _correlated(seed, n):
@@ -108,6 +117,18 @@ def _path_residual(t, U, w, rows, leaf):
         if o == 0:
             return out / m
         o = t.parent[o]
+
+
+def test_standardise_is_numpys_subtract_divide_and_clip_bit_for_bit():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(50, 4)) * np.array([1.0, 1e-3, 1e150, 1.0])
+    X[0] = [1e308, -1e308, 1e300, 5e-324]  # overflow to +-inf before the clip, and a subnormal
+    center, scale = np.array([-1e308, 1e308, 0.5, 0.0]), np.array([1e-3, 0.5, 1e-200, 3.0])
+    with np.errstate(over="ignore"):
+        expected = np.clip((X - center) / scale, -Z_MAX, Z_MAX)
+    got = standardise(X, center, scale)
+    np.testing.assert_array_equal(got, expected)
+    assert np.isfinite(got).all() and got.flags.c_contiguous
 
 
 def test_the_reliability_reference_matches_a_numpy_cross_fit():
