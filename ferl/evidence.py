@@ -179,11 +179,22 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
     Returns
     -------
     ndarray of shape (n, C), bool
+
+    Raises
+    ------
+    ValueError
+        ``mass`` not 2-D, ``ignorance`` not of shape (n,), or a value NaN or infinite.
     """
     mass = np.ascontiguousarray(mass, dtype=np.float64)
+    ignorance = np.ascontiguousarray(ignorance, dtype=np.float64)
+    if mass.ndim != 2 or ignorance.shape != mass.shape[:1]:
+        raise ValueError(f"interval_dominance needs masses (n, C) and ignorance (n,); got {mass.shape} "
+                         f"and {ignorance.shape}")
+    if not (np.isfinite(mass).all() and np.isfinite(ignorance).all()):
+        raise ValueError("interval_dominance: the masses and the ignorance must be finite (NaN or inf given)")
     if mass.shape[1] == 0:
         return np.zeros(mass.shape, dtype=bool)
-    return _dominance(mass, np.ascontiguousarray(ignorance, dtype=np.float64), DOMINANCE_TOL)
+    return _dominance(mass, ignorance, DOMINANCE_TOL)
 
 
 @njit(cache=True)

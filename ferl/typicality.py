@@ -136,8 +136,17 @@ def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndar
     Returns
     -------
     ndarray of shape (n, d), float64, C-contiguous
+
+    Raises
+    ------
+    ValueError
+        ``X`` not 2-D, or ``center`` / ``scale`` not of shape (d,).
     """
-    return _standardise(*(np.ascontiguousarray(a, dtype=np.float64) for a in (X, center, scale)))
+    X, center, scale = (np.ascontiguousarray(a, dtype=np.float64) for a in (X, center, scale))
+    if X.ndim != 2 or center.shape != X.shape[1:] or scale.shape != X.shape[1:]:
+        raise ValueError(f"standardise needs X (n, d) with center and scale (d,); got {X.shape}, "
+                         f"{center.shape} and {scale.shape}")
+    return _standardise(X, center, scale)
 
 
 @njit(cache=True)

@@ -205,3 +205,16 @@ def test_discount_rejects_bad_reliabilities():
     for bad in (1.5, -0.1, np.nan):
         with pytest.raises(ValueError, match=r"in \[0, 1\]"):
             discount(np.ones((1, 2)), np.full((1, 2), bad))
+
+
+def test_interval_dominance_refuses_mismatched_or_non_finite_input():
+    mass, ign = np.array([[0.5, 0.3], [0.2, 0.1]]), np.array([0.2, 0.7])
+    with pytest.raises(ValueError, match="ignorance"):
+        interval_dominance(mass, ign[:1])  # read past its end, the kernel would return garbage
+    with pytest.raises(ValueError, match="masses"):
+        interval_dominance(mass[0], ign)
+    for bad in (np.nan, np.inf):
+        broken = mass.copy()
+        broken[1, 0] = bad
+        with pytest.raises(ValueError, match="finite"):
+            interval_dominance(broken, ign)

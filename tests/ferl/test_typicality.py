@@ -129,6 +129,8 @@ def test_standardise_is_numpys_subtract_divide_and_clip_bit_for_bit():
     got = standardise(X, center, scale)
     np.testing.assert_array_equal(got, expected)
     assert np.isfinite(got).all() and got.flags.c_contiguous
+    with pytest.raises(ValueError, match="center and scale"):
+        standardise(X, center[:3], scale)  # the compiled pass would read past its end
 
 
 def test_the_reliability_reference_matches_a_numpy_cross_fit():
