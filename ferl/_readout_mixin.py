@@ -93,10 +93,12 @@ class ReadoutMixin:
         fired once per chunk of rows (`ferl._readout.CHUNK`), and the score shares the firings
         (and, with `novelty_discount`, the leaf NLLs) of the evidence. Measured over CART's
         ``predict`` (``python scripts/bench_scale.py --sections keel``, 30 KEEL sets x 5 folds, CPU
-        time, loaded 2-core machine), median (worst set) for compact / medium / deep: one pass
-        1.0 (6.0) / 1.6 (12.0) / 2.4 (20.2), the three calls 1.7 (7.3) / 2.6 (13.3) / 4.2 (25.6);
-        at 10^5 rows (``--sections scale``, d = 20, FERL-deep, fastest of 9 interleaved rounds, two
-        runs) 7.8 / 9.5x one pass, 13.1 / 14.3x three calls, and 2.9 / 3.0x for ``predict`` alone.
+        time, 2-core machine), median (worst set) for compact / medium / deep: one pass
+        0.9 (3.7) / 1.5 (7.0) / 2.1 (14.1), the three calls 1.7 (5.1) / 2.4 (10.1) / 3.8 (20.8);
+        at 10^5 rows (``--sections scale``, d = 20, FERL-deep, fastest of 9 interleaved rounds, five
+        runs on a shared virtual machine) 5.2-6.6x one pass, 9.5-11x three calls, and 2.5-2.7x for
+        ``predict`` alone. The read-out is bound by memory and suffers more than CART from busy
+        neighbours: the same code measured 5.2x when CART's ``predict`` took 21 ms, 6.4x at 27 ms.
 
         Parameters
         ----------
