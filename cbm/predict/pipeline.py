@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 #: Where a run keeps the detector whose probabilities its concept tables hold.
 CHECKPOINT = Path("detector") / "checkpoints" / "best.ckpt"
+#: The fields of a prediction row, in the order of `Predictions.frame` (and predictions.csv): the
+#: input, the head's outputs (None where the input could not be read), the true class and the error.
+COLUMNS = ("input", "class", "probability", "belief", "set", "set_size", "abstained", "ignorance",
+           "ood_score", "ood_threshold", "ood_flag", "anomalous_attributes", "true_class", "error")
 
 
 @dataclass
@@ -73,8 +77,8 @@ class Predictions:
     def frame(self) -> pd.DataFrame:
         """The rows as a DataFrame (sets and attributes joined into text); ``set_size`` stays an
         integer column (pandas' nullable ``Int64``) when error rows leave it empty."""
-        df = pd.DataFrame([flat_row(r) for r in self.rows])
-        return df.astype({"set_size": "Int64"}) if "set_size" in df else df
+        df = pd.DataFrame([flat_row(r) for r in self.rows], columns=list(COLUMNS))
+        return df.astype({"set_size": "Int64"})
 
     @property
     def n_errors(self) -> int:
@@ -320,9 +324,7 @@ class Pipeline:
                     "anomalous_attributes": [(a.name, float(a.score)) for a in attrs[j]],
                 })
             else:
-                row.update(dict.fromkeys(("class", "probability", "belief", "set", "set_size", "abstained",
-                                          "ignorance", "ood_score", "ood_threshold", "ood_flag",
-                                          "anomalous_attributes")))
+                row.update(dict.fromkeys(COLUMNS[1:-2]))  # the head's outputs
             row["true_class"] = None if true_class is None else str(true_class[i])
             row["error"] = errors.get(i)
             rows.append(row)

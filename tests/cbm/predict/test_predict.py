@@ -19,6 +19,7 @@ from cbm.detector.cli import train_detector_main
 from cbm.heads import load_head
 from cbm.heads.fit import fit_head_main
 from cbm.predict import Pipeline, predict_main, run_predict
+from cbm.predict.pipeline import COLUMNS, Predictions
 from ferl.metrics import fit_acceptance_threshold
 from ferl.persist import current_folder
 
@@ -117,6 +118,12 @@ def test_concepts_from_a_csv_or_a_table_give_the_same_rows(run, tmp_path):
         run_predict(str(run), concepts=str(tmp_path / "short.csv"), out=str(tmp_path / "c"))
 
 
+def test_no_predictions_still_have_the_columns():
+    frame = Predictions(rows=[], inputs=[], explain=lambda i: None).frame()
+    assert frame.empty and list(frame.columns) == list(COLUMNS)  # was a frame without columns
+    assert str(frame["set_size"].dtype) == "Int64"
+
+
 def test_in_memory_images_and_unreadable_inputs(example, run, tmp_path, capsys):
     pipe = Pipeline.from_run(run)
     image = Image.open(example / "new_images" / "blue_square_00.png")
@@ -127,6 +134,7 @@ def test_in_memory_images_and_unreadable_inputs(example, run, tmp_path, capsys):
     assert "no such file" in pred.rows[2]["error"] and "uint8 of shape (H, W, 3)" in pred.rows[3]["error"]
     assert pred.explain(2) is None and pred.explain(0).prediction == pred.rows[0]["class"]
     assert pred.frame().shape == (4, 14)
+    assert all(list(r) == list(COLUMNS) for r in pred.rows) and list(pred.frame().columns) == list(COLUMNS)
     with pytest.raises(SystemExit, match="none of the 1 inputs could be read"):
         predict_main(["--run", str(run), "--images", str(tmp_path / "missing.png"), "--out", str(tmp_path)])
     with pytest.raises(SystemExit, match="exactly one of --images, --folder or --concepts"):
