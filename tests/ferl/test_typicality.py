@@ -140,6 +140,8 @@ def test_standardise_refuses_a_zero_scale_and_names_the_shapes_it_was_given():
         # would standardise silently wrong
         with pytest.raises(ValueError, match="scale"):
             standardise(X, np.zeros(3), np.array([1.0, bad, 1.0]))
+    with pytest.raises(ValueError, match="finite center"):
+        standardise(X, np.array([0.0, np.nan, 0.0]), np.ones(3))  # NaN out, silently
     with pytest.raises(ValueError, match=r"got \(2, 3\), \(\) and \(3,\)"):
         standardise(X, 0.0, np.ones(3))  # a scalar center is shape (), not (1,)
 
