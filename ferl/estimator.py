@@ -250,7 +250,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
                            lambda: check_params(self, PARAMETER_CONSTRAINTS, READ_PARAMS))
         if (type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2 and X.shape[0] > 0
                 and X.shape[1] == self.n_features_in_ and not hasattr(self, "feature_names_in_")):
-            with np.errstate(over="ignore"):  # a sum of large finite inputs may overflow
+            with np.errstate(over="ignore", invalid="ignore"):  # large finite inputs: inf, or inf - inf
                 if np.isfinite(X.sum()) or np.isfinite(X).all():
                     return X  # what validate_data returns for such an X, without its fixed cost
         return validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=True)

@@ -185,11 +185,12 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
     ValueError
         ``mass`` not 2-D, ``ignorance`` not of shape (n,), or a value NaN or infinite.
     """
-    mass = np.ascontiguousarray(mass, dtype=np.float64)
-    ignorance = np.ascontiguousarray(ignorance, dtype=np.float64)
+    mass = np.asarray(mass, dtype=np.float64)  # not yet contiguous: that makes a scalar shape (1,)
+    ignorance = np.asarray(ignorance, dtype=np.float64)
     if mass.ndim != 2 or ignorance.shape != mass.shape[:1]:
         raise ValueError(f"interval_dominance needs masses (n, C) and ignorance (n,); got {mass.shape} "
                          f"and {ignorance.shape}")
+    mass, ignorance = np.ascontiguousarray(mass), np.ascontiguousarray(ignorance)
     if not (np.isfinite(mass).all() and np.isfinite(ignorance).all()):
         raise ValueError("interval_dominance: the masses and the ignorance must be finite (NaN or inf given)")
     if mass.shape[1] == 0:

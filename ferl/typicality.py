@@ -140,13 +140,17 @@ def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndar
     Raises
     ------
     ValueError
-        ``X`` not 2-D, or ``center`` / ``scale`` not of shape (d,).
+        ``X`` not 2-D, ``center`` / ``scale`` not of shape (d,), a center not finite or a scale not
+        finite and positive (the compiled division by 0 raised ZeroDivisionError).
     """
-    X, center, scale = (np.ascontiguousarray(a, dtype=np.float64) for a in (X, center, scale))
+    X, center, scale = (np.asarray(a, dtype=np.float64) for a in (X, center, scale))
     if X.ndim != 2 or center.shape != X.shape[1:] or scale.shape != X.shape[1:]:
         raise ValueError(f"standardise needs X (n, d) with center and scale (d,); got {X.shape}, "
                          f"{center.shape} and {scale.shape}")
-    return _standardise(X, center, scale)
+    if not (np.isfinite(center).all() and (np.isfinite(scale) & (scale > 0)).all()):
+        raise ValueError(f"standardise needs a finite center and a finite, positive scale; got {center} "
+                         f"and {scale}")
+    return _standardise(*(np.ascontiguousarray(a) for a in (X, center, scale)))
 
 
 @njit(cache=True)

@@ -218,3 +218,10 @@ def test_interval_dominance_refuses_mismatched_or_non_finite_input():
         broken[1, 0] = bad
         with pytest.raises(ValueError, match="finite"):
             interval_dominance(broken, ign)
+
+
+def test_interval_dominance_names_the_shapes_it_was_given():
+    with pytest.raises(ValueError, match=r"got \(2, 2\) and \(\)"):
+        interval_dominance(np.full((2, 2), 0.4), 0.2)  # a scalar ignorance is shape (), not (1,)
+    with pytest.raises(ValueError, match=r"got \(\) and \(1,\)"):
+        interval_dominance(0.5, np.array([0.5]))

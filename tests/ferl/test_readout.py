@@ -1,5 +1,7 @@
 """Sparse firing and the shared read-out: parity with slow references, chunks, input fast path."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.datasets import make_classification
@@ -121,6 +123,16 @@ def test_fast_input_path_gives_what_validation_gives():
         clf.predict_proba(bad)
     with pytest.raises(ValueError, match="features"):
         clf.predict_proba(Z[:, :3])
+
+
+def test_finite_inputs_whose_sum_is_undefined_give_no_warning():
+    clf, X = _fit("deep")
+    Z = X[:4].copy()
+    Z[0], Z[1] = 1.7e308, -1.7e308  # finite, but their sum is inf - inf = NaN
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # was "RuntimeWarning: invalid value encountered in reduce"
+        proba = clf.predict_proba(Z)
+    np.testing.assert_array_equal(proba, clf.predict_proba(np.asfortranarray(Z)))  # validated path
 
 
 def test_margins_follow_parameters_changed_after_fit():

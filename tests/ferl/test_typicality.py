@@ -133,6 +133,19 @@ def test_standardise_is_numpys_subtract_divide_and_clip_bit_for_bit():
         standardise(X, center[:3], scale)  # the compiled pass would read past its end
 
 
+def test_standardise_refuses_a_zero_scale_and_names_the_shapes_it_was_given():
+    X = np.ones((2, 3))
+    for bad in (0.0, -1.0, np.nan, np.inf):
+        # the compiled pass raised ZeroDivisionError at 0 (numpy gave inf, clipped); -1 / NaN / inf
+        # would standardise silently wrong
+        with pytest.raises(ValueError, match="scale"):
+            standardise(X, np.zeros(3), np.array([1.0, bad, 1.0]))
+    with pytest.raises(ValueError, match="finite center"):
+        standardise(X, np.array([0.0, np.nan, 0.0]), np.ones(3))  # NaN out, silently
+    with pytest.raises(ValueError, match=r"got \(2, 3\), \(\) and \(3,\)"):
+        standardise(X, 0.0, np.ones(3))  # a scalar center is shape (), not (1,)
+
+
 def test_the_reliability_reference_matches_a_numpy_cross_fit():
     """``(tau, lambda)`` from the leaf typicality ``nll_l / d + R_l / 2`` of every fold's rows under
     leaf and free-feature Gaussians refitted without it."""
