@@ -183,7 +183,8 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
     Raises
     ------
     ValueError
-        ``mass`` not 2-D, ``ignorance`` not of shape (n,), or a value NaN or infinite.
+        ``mass`` not 2-D or without classes, ``ignorance`` not of shape (n,), or a value NaN or
+        infinite.
     """
     mass = np.asarray(mass, dtype=np.float64)  # not yet contiguous: that makes a scalar shape (1,)
     ignorance = np.asarray(ignorance, dtype=np.float64)
@@ -194,7 +195,7 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
     if not (np.isfinite(mass).all() and np.isfinite(ignorance).all()):
         raise ValueError("interval_dominance: the masses and the ignorance must be finite (NaN or inf given)")
     if mass.shape[1] == 0:
-        return np.zeros(mass.shape, dtype=bool)
+        raise ValueError("interval_dominance needs at least one class (masses of shape (n, 0) given)")
     return _dominance(mass, ignorance, DOMINANCE_TOL)
 
 

@@ -125,8 +125,7 @@ VALUE_MAX = np.finfo(np.float64).max / 8
 def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
     """``clip((X - center) / scale, -Z_MAX, Z_MAX)``, finite for finite ``X`` (no overflow warning).
 
-    One compiled pass over ``X`` (the same floats as numpy's subtract, divide and clip, which took
-    three passes and 5 % of the 10^5-row read-out).
+    One compiled pass (the floats of numpy's subtract, divide and clip, which took three passes).
 
     Parameters
     ----------
@@ -140,8 +139,7 @@ def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndar
     Raises
     ------
     ValueError
-        ``X`` not 2-D, ``center`` / ``scale`` not of shape (d,), a center not finite or a scale not
-        finite and positive (the compiled division by 0 raised ZeroDivisionError).
+        ``X`` not 2-D, or ``center`` / ``scale`` not finite of shape (d,) (``scale`` also > 0).
     """
     X, center, scale = (np.asarray(a, dtype=np.float64) for a in (X, center, scale))
     if X.ndim != 2 or center.shape != X.shape[1:] or scale.shape != X.shape[1:]:

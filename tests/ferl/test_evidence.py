@@ -213,6 +213,8 @@ def test_interval_dominance_refuses_mismatched_or_non_finite_input():
         interval_dominance(mass, ign[:1])  # read past its end, the kernel would return garbage
     with pytest.raises(ValueError, match="masses"):
         interval_dominance(mass[0], ign)
+    with pytest.raises(ValueError, match="at least one class"):
+        interval_dominance(mass[:, :0], ign)
     for bad in (np.nan, np.inf):
         broken = mass.copy()
         broken[1, 0] = bad
