@@ -177,7 +177,12 @@ def heads_markdown(entry: dict) -> str:
         "ECE calib. (%)": [_pct(heads[h]["calibrated"]["ece"]) for h in heads],
     })
     lines += _sources_markdown(entry)
-    lines += ["", "## Selective risk and calibration of the heads (test)", "", markdown_table(risk)]
+    lines += ["", "## Selective risk and calibration of the heads (test)", "", markdown_table(risk), "",
+              "AURC: area under the risk-coverage curve, rows ranked by the largest class probability (%, "
+              "lower is better); ECE: expected calibration error of that probability (15 bins). A FERL "
+              "head's class probability is the pignistic BetP(c) = m({c}) + m(Θ)/C: a head that is right "
+              "but keeps some ignorance m(Θ) puts BetP below its accuracy, and its ECE is that "
+              "under-confidence."]
     ferl = [(h, i) for h in heads if "coverage" in heads[h]["raw"] for i in ("raw", "calibrated")]
     if ferl:
         sets = pd.DataFrame({

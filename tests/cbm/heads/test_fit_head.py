@@ -79,7 +79,8 @@ def test_files_of_a_run(run):
                                                        "abstention_rate", "u65", "u80", "size"}
     assert "coverage" not in entry["heads"]["lr"]["calibrated"]
     table = (run / "tables" / "heads.md").read_text()
-    for row in ("FERL-compact", "FERL-deep", "CART", "| LR |", "Concept-restricted LR", "FERL credal sets"):
+    for row in ("FERL-compact", "FERL-deep", "CART", "| LR |", "Concept-restricted LR", "FERL credal sets",
+                "BetP(c) = m({c}) + m(Θ)/C"):  # the last: why an accurate FERL head can show a large ECE
         assert row in table
     assert "Paper" not in table  # a synthetic run has no paper values
     csv = pd.read_csv(run / "tables" / "heads.csv")
