@@ -21,6 +21,7 @@ import copy
 import json
 import logging
 import os
+import sys
 import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -206,8 +207,10 @@ def train_detector(
         ``concept_names``, ``input_kind``, ``feature_dim`` and ``pos_weight``.
     trainer : mapping, optional
         Keyword arguments of ``lightning.pytorch.Trainer`` (accelerator, devices, strategy,
-        max_epochs, deterministic ...); ``precision: None`` means bf16-mixed on GPU, else 32-true.
-        Loggers, callbacks and ``default_root_dir`` are set here.
+        max_epochs, deterministic ...); ``precision: None`` means bf16-mixed on GPU, else 32-true;
+        ``enable_progress_bar: None`` (unset) means a bar only when stdout is a terminal (a bar
+        redrawn into a log file fills it: 109 lines of it in a demo log). Loggers, callbacks and
+        ``default_root_dir`` are set here.
     seed : int
         Seeds everything (``lightning.seed_everything``) and each epoch (:class:`ReseedEachEpoch`).
     logger : {"csv", "wandb"}
@@ -302,6 +305,8 @@ def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monito
                               enable_version_counter=False)
     trainer_kwargs = {"accelerator": "auto", **dict(trainer or {})}
     trainer_kwargs["precision"] = _resolve_precision(trainer_kwargs)
+    if trainer_kwargs.get("enable_progress_bar") is None:
+        trainer_kwargs["enable_progress_bar"] = sys.stdout.isatty()  # where Lightning draws it
     if detector.frozen:  # the backbone runs once per image: cached features stand in for images
         datamodule = frozen_datamodule(detector, datamodule, feature_cache or det_dir / "features",
                                        accelerator=trainer_kwargs["accelerator"],

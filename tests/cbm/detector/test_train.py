@@ -63,6 +63,19 @@ def test_cli_fast_dev_run_fills_the_run_directory(tmp_path, capsys):
     assert "concept accuracy" in capsys.readouterr().out
 
 
+def test_no_progress_bar_is_drawn_into_a_log_unless_asked_for(tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "data": {"dataset": "synthetic", "dataset_kwargs": SYNTH, "image_size": 32, "batch_size": 8},
+        "model": {"backbone": TINY}, "trainer": {"accelerator": "cpu", "enable_model_summary": False},
+        "export_splits": ["test"],
+    }))
+    for flag, drawn in (([], False), (["--trainer.enable_progress_bar", "true"], True)):
+        train_detector_main(["--config", str(cfg), "--run-dir", str(tmp_path / f"run{drawn}"),
+                             "--trainer.fast_dev_run", "true", *flag])
+        assert ("Epoch 0" in capsys.readouterr().out) is drawn  # pytest's stdout is not a terminal
+
+
 def test_cli_reports_a_config_error_without_traceback(tmp_path):
     argv = ["--run-dir", str(tmp_path), "--data.dataset", "synthetic",
             "--data.dataset_kwargs", json.dumps(SYNTH), "--model.backbone", "resnet5O"]
