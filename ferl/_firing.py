@@ -136,9 +136,9 @@ def sparse_firing(X, feature, trap, left, right, lo, hi, margin, gates, rows, ph
         Node ``o``'s entries are ``start[o]:start[o] + count[o]`` (count 0: no sample reaches it).
     rows : ndarray of shape (>= n_entries,), int64
         Sample of each entry; increasing within a node.
-    phi : ndarray of shape (n_entries,), float64 in [0, 1]
+    phi : ndarray of shape (>= n_entries,), float64 in [0, 1]
         Firing reaching the node (root = 1), after the gates of its ancestors.
-    phi0 : ndarray of shape (n_entries,), float64 in (0, 1]
+    phi0 : ndarray of shape (>= n_entries,), float64 in (0, 1]
         The same firing with the gates off (equal to ``phi`` when ``gates`` is False).
     lost : ndarray of shape (>= n_entries,), float64 in [0, 1]
         ``phi_o (1 - gamma_o)``: routing mass lost at each internal node (appendix eq. 8); 0 at leaves.
