@@ -52,7 +52,7 @@ def predict_parser() -> ArgumentParser:
     p.add_argument("--top-k", type=PositiveInt, default=5, help="anomalous attributes per input")
     p.add_argument("--batch-size", type=PositiveInt, default=64, help="images per detector pass")
     p.add_argument("--device", type=str, default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--progress", type=bool, default=True, help="progress bar on stderr")
+    p.add_argument("--progress", type=bool, default=True, help="progress bar on stderr (on a terminal)")
     add_threads_argument(p)
     return p
 

@@ -213,7 +213,7 @@ class Pipeline:
         ----------
         images : sequence of path-like, PIL image or uint8 ndarray
         progress : bool
-            Show a progress bar (stderr).
+            Show a progress bar on stderr when it is a terminal (none in a log file).
 
         Returns
         -------
@@ -238,7 +238,7 @@ class Pipeline:
                              "concept vectors instead (predict --concepts FILE)")
         probs = np.full((len(images), len(self.concept_names)), np.nan, dtype=np.float32)
         errors: dict[int, str] = {}
-        with tqdm(total=len(images), unit="img", desc="predict", disable=not progress) as bar:
+        with tqdm(total=len(images), unit="img", desc="predict", disable=None if progress else True) as bar:
             for start in range(0, len(images), self.batch_size):
                 rows, batch = [], []
                 for i in range(start, min(len(images), start + self.batch_size)):

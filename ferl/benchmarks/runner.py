@@ -55,7 +55,8 @@ class BenchmarkConfig:
     n_threads : int
         BLAS/OpenMP threads per process (1 avoids oversubscription on shared cores).
     progress : bool
-        Show a tqdm bar over data sets x folds.
+        Show a tqdm bar over data sets x folds on a terminal (none when stderr goes to a log file,
+        which its redraws would fill).
     """
 
     data_root: Path
@@ -124,7 +125,8 @@ def run_benchmark(config: BenchmarkConfig) -> BenchmarkResult:
     ood_ferl = [m for m in OOD_FERL if m in names]
     main, ood, abl, shift, ood_skipped = [], [], [], [], set()
     work = [(d, s) for d in datasets for s in make_splits(d.y, config.folds, config.seed)]
-    bar = tqdm(work, desc="datasets x folds", disable=not config.progress, unit="fold")
+    bar = tqdm(work, desc="datasets x folds", disable=None if config.progress else True,
+               unit="fold")
     with threadpool_limits(limits=config.n_threads):
         for dataset, split in bar:
             bar.set_postfix_str(f"{dataset.name} fold {split.fold}")

@@ -36,6 +36,13 @@ def result(data_root) -> BenchmarkResult:
     return run_benchmark(config)
 
 
+def test_no_progress_bar_is_drawn_into_a_log(data_root, capsys):
+    config = BenchmarkConfig(data_root, ["iris"], folds=2, seed=0, methods=["cart"], progress=True,
+                             refit_cci=False)
+    assert len(run_benchmark(config).main) == 2
+    assert "datasets x folds" not in capsys.readouterr().err  # pytest's stderr is not a terminal
+
+
 def test_main_rows_are_complete_and_plausible(result):
     main = result.main
     assert len(main) == 2 * 2 * len(METHODS)
