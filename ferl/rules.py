@@ -31,6 +31,7 @@ first significant digit. Beyond the paper, which prints no rules.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,8 +41,8 @@ from ferl._intervals import Factor, Span, same_membership, spans
 from ferl._partitions import SET_NAMES
 from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
 
-__all__ = ["Condition", "Rule", "path_conditions", "extract_rules", "fires_alone", "format_rules",
-           "format_summary"]
+__all__ = ["COLUMN_LEGEND", "Condition", "Rule", "path_conditions", "extract_rules", "fires_alone",
+           "format_rules", "format_summary"]
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,11 @@ def extract_rules(tree: FuzzyTree, feature_names, classes, alone: np.ndarray | N
     return rules
 
 
+#: What a rule's numbers mean (the legend of `format_summary` and of the Markdown table).
+COLUMN_LEGEND = ("Confidence = the class's consequent mass, support = soft training weight, alone = "
+                 "share of training samples on which the rule holds more than half the firing.")
+
+
 def format_rules(rules: list[Rule], digits: int = 2, style: str = "text") -> str:
     """Render a rule list.
 
@@ -348,7 +354,7 @@ def format_rules(rules: list[Rule], digits: int = 2, style: str = "text") -> str
         Decimals of probabilities, supports and shares.
     style : {"text", "markdown"}
         One `Rule.text` line per rule, or a Markdown table with the columns rule, IF, THEN,
-        confidence, support, alone, distribution.
+        confidence, support, alone, distribution, followed by `COLUMN_LEGEND`.
 
     Raises
     ------
@@ -367,7 +373,7 @@ def format_rules(rules: list[Rule], digits: int = 2, style: str = "text") -> str
         dist = r.distribution_text(digits).replace("|", "\\|")
         lines.append(f"| {r.rule_id} | {' | '.join(cells)} | {r.confidence:.{digits}f} | "
                      f"{r.support:.{digits}f} | {alone} | {dist} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", COLUMN_LEGEND])
 
 
 def format_summary(title: str, rules: list[Rule], digits: int = 2) -> str:
@@ -375,9 +381,8 @@ def format_summary(title: str, rules: list[Rule], digits: int = 2) -> str:
     rule = "> " + "-" * 40
     head = [rule, f"> {title}: {len(rules)} rules",
             "> A rule's firing is evidence (mass) for its class distribution; the evidence of the rules",
-            "> that fire is combined (paper section 3.2). confidence = the class's consequent mass,",
-            "> support = soft training weight, alone = share of training samples on which the rule",
-            "> holds more than half the firing.", rule]
+            "> that fire is combined (paper section 3.2).",
+            *textwrap.wrap(COLUMN_LEGEND, 94, initial_indent="> ", subsequent_indent="> "), rule]
     return "\n".join(head + [r.short(digits) for r in rules])
 
 

@@ -19,6 +19,7 @@ from cbm.heads.base import ConceptHead, classes_from, classes_meta
 from ferl import FERLClassifier
 from ferl.metrics import fit_acceptance_threshold
 from ferl.persist import atomic_write_bytes, read_model, write_model
+from ferl.rules import COLUMN_LEGEND
 
 __all__ = ["CARTHead", "CONCEPT_SETTINGS", "FERLHead", "FERL_SETTINGS", "LRHead", "RestrictedLRHead"]
 
@@ -138,7 +139,7 @@ class FERLHead(ConceptHead):
 
     def describe(self):
         return (f"# {self.name}: {self.model_.n_rules_} rules over {self.concepts_used().size} concepts\n\n"
-                "```\n" + self.model_.export_text() + "\n```\n")
+                "```\n" + self.model_.export_text() + "\n```\n\n" + COLUMN_LEGEND + "\n")
 
     def _save_model(self, path):
         self.model_.save(path)

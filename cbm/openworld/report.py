@@ -108,8 +108,10 @@ def seed_summary(frame: pd.DataFrame, key: str, metrics: Sequence[str]) -> pd.Da
 
 
 def _cell(mean: float, std: float, scale: float = 100.0, digits: int = 1) -> str:
-    sd = DASH if std is None or math.isnan(std) else f"{scale * std:.{digits}f}"
-    return f"{scale * mean:.{digits}f} ± {sd}"
+    """``mean ± std`` (0-100); the mean alone where there is no std (one seed)."""
+    if std is None or math.isnan(std):
+        return f"{scale * mean:.{digits}f}"
+    return f"{scale * mean:.{digits}f} ± {scale * std:.{digits}f}"
 
 
 def table5_markdown(summary: pd.DataFrame, paper: str | None) -> str:
@@ -286,7 +288,11 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
         f"# Open-world evaluation: {record['name']}", "",
         f"Mean ± std over {n_seeds} seed(s) of the mean over folds {record['folds']}; rates in %.", "",
         "## Detection of held-out classes (layout of the paper's Table 5)", "",
-        table5_markdown(ood_sum, paper),
+        table5_markdown(ood_sum, paper), "",
+        "Held-out-class test images are the positives. FPR95: share of retained-class test images "
+        "flagged at the threshold that catches 95 % of held-out ones. Reject: share of held-out images "
+        f"above the threshold that accepts {100 * record['settings']['accept']:.0f} % of retained-class "
+        "validation images.", "",
     ]
     reference = paper or {"cub": "cub200"}.get(record["dataset"])
     if reference in PAPER_NOTES:

@@ -296,8 +296,9 @@ def test_markdown_rule_table_and_bad_style(fitted):
     md = fitted.export_text(style="markdown")
     lines = md.splitlines()
     assert lines[0] == "| rule | IF | THEN | confidence | support | alone | distribution |"
-    assert len(lines) == fitted.n_rules_ + 2
-    for r, line in zip(fitted.rules_, lines[2:], strict=True):
+    assert len(lines) == fitted.n_rules_ + 4
+    assert lines[-1].startswith("Confidence = the class's consequent mass, support = soft training weight")
+    for r, line in zip(fitted.rules_, lines[2:-2], strict=True):
         assert line.startswith(f"| {r.rule_id} | {r.premise()} | {r.prediction} | {r.confidence:.2f} |")
     with pytest.raises(ValueError, match="unknown style 'html'"):
         fitted.export_text(style="html")

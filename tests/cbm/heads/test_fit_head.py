@@ -70,6 +70,7 @@ def test_files_of_a_run(run):
             assert {p.name for p in folder.iterdir()} == {"head.json", "rules.md", *model}
     rules = (current_folder(run / "head" / "ferl-deep" / "calibrated") / "rules.md").read_text()
     assert "rules over" in rules and "has_part::" in rules and rules.startswith("<!-- inputs: calibrated")
+    assert "alone = share of training samples" in rules  # the columns are defined where they are shown
     assert not list(run.rglob("*.tmp")) and not list(run.glob(".step-*"))
     doc = json.loads((run / "metrics.json").read_text())
     assert doc["detector"] == {"concept_acc": 0.9}  # other entries are kept

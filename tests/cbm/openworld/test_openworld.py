@@ -149,6 +149,7 @@ def test_golden_tiny_synthetic_run(golden):
         assert r["heads"]["ferl-deep"]["accuracy"] >= 0.9
     report = (out / "report.md").read_text()
     assert "| FERL-deep (residual) |" in report and "| p@3 true concepts |" in report
+    assert "Reject: share of held-out images above the threshold that accepts 95 %" in report
     assert (out / "roc.png").read_bytes()[:4] == b"\x89PNG"
     assert len((out / "per_fold.csv").read_text().splitlines()) == 1 + 3 * len(EvalSettings().detectors)
     assert "## `class_" in (out / "examples.md").read_text()
