@@ -42,10 +42,11 @@ log = logging.getLogger(__name__)
 
 #: Where a run keeps the detector whose probabilities its concept tables hold.
 CHECKPOINT = Path("detector") / "checkpoints" / "best.ckpt"
-#: The fields of a prediction row, in the order of `Predictions.frame` (and predictions.csv): the
-#: input, the head's outputs (None where the input could not be read), the true class and the error.
-COLUMNS = ("input", "class", "probability", "belief", "set", "set_size", "abstained", "ignorance",
-           "ood_score", "ood_threshold", "ood_flag", "anomalous_attributes", "true_class", "error")
+#: The head's outputs in a prediction row (None where the input could not be read).
+OUTPUTS = ("class", "probability", "belief", "set", "set_size", "abstained", "ignorance", "ood_score",
+           "ood_threshold", "ood_flag", "anomalous_attributes")
+#: The fields of a prediction row, in the order of `Predictions.frame` (and predictions.csv).
+COLUMNS = ("input", *OUTPUTS, "true_class", "error")
 
 
 @dataclass
@@ -324,7 +325,7 @@ class Pipeline:
                     "anomalous_attributes": [(a.name, float(a.score)) for a in attrs[j]],
                 })
             else:
-                row.update(dict.fromkeys(COLUMNS[1:-2]))  # the head's outputs
+                row.update(dict.fromkeys(OUTPUTS))
             row["true_class"] = None if true_class is None else str(true_class[i])
             row["error"] = errors.get(i)
             rows.append(row)
