@@ -25,15 +25,27 @@ from numba import njit
 
 from ferl._membership import support_gate, trapezoid
 
-__all__ = ["Firing", "Scratch", "sparse_firing", "training_firing"]
+__all__ = ["Firing", "Scratch", "is_ramp", "sparse_firing", "training_firing"]
+
+
+@njit(cache=True, inline="always")
+def is_ramp(a, b, c, d):
+    """Whether the trapezoid ``(a, b, c, d)`` is a learned split's right shoulder with a finite,
+    non-zero band: ``a = b = -inf`` and ``0 < d - c < inf`` (`_membership`'s branch-free path)."""
+    return a == -np.inf and b == -np.inf and c < d and d - c < np.inf
 
 
 @njit(cache=True, inline="always")
 def _membership(x, a, b, c, d, ramp):
     """`trapezoid`, with a branch-free path for a learned split's right shoulder ``ramp``
-    (``a = b = -inf``, ``c < d``): ``clip((d - x) / (d - c), 0, 1)`` is the same float."""
+    (`is_ramp`): ``clip((d - x) / (d - c), 0, 1)`` is the same float for every finite ``x`` (``+ 0.0``
+    turns the -0.0 of an underflowing ``(d - x) / (d - c)`` into the trapezoid's 0.0).
+
+    The branchy trapezoid mispredicts on inputs inside the band: routing 10^5 rows (d = 20,
+    FERL-deep) took 32 ms with it and 19 ms with this path (fastest of 11 interleaved rounds).
+    """
     if ramp:
-        return max(min((d - x) / (d - c), 1.0), 0.0)
+        return max(min((d - x) / (d - c), 1.0), 0.0) + 0.0
     return trapezoid(x, a, b, c, d)
 
 
@@ -90,7 +102,7 @@ def _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, coun
             if rows.shape[0] - e < 2 * k + 2:
                 return o, e
             a, b, c, d = trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3]
-            ramp = a == -np.inf and b == -np.inf and c < d
+            ramp = is_ramp(a, b, c, d)
             n_left, n_right = _split_entries(xt[f], a, b, c, d, ramp, lo[o], hi[o], margin[o], gates,
                                              start[o], k, e, rows, phi, phi0, lost, mu,
                                              through)
@@ -207,7 +219,7 @@ def _walk(X, feature, trap, left, right, start, rows, phi0):
             if f < 0:
                 continue
             a, b, c, d = trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3]
-            m = _membership(X[i, f], a, b, c, d, a == -np.inf and b == -np.inf and c < d)
+            m = _membership(X[i, f], a, b, c, d, is_ramp(a, b, c, d))
             # right pushed first: the left subtree is walked first (any order gives the same entries)
             if p0 * (1.0 - m) > 0.0:
                 stack[top] = right[o]

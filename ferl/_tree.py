@@ -155,13 +155,20 @@ class FuzzyTree:
         cache[name] = (inputs, value)
         return value
 
+    def kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``lo``, ``hi`` and ``trap`` as the firing kernels read them: the leaves' NaNs set to 0,
+        the learned splits' infinite shoulders kept (``np.nan_to_num`` would make them +-1.8e308,
+        which hid them from the kernels' branch-free path, `ferl._firing.is_ramp`)."""
+        return self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
+            np.nan_to_num(a, nan=0.0, posinf=np.inf, neginf=-np.inf)
+            for a in (self.lo, self.hi, self.trap)))
+
     def sparse_firing(self, X: np.ndarray, gates: bool, margin: np.ndarray,
                       scratch: Scratch | None = None) -> Firing:
         """Sparse firings of the rows of ``X`` (n, n_features); see `sparse_firing`. With a
         ``scratch``, the entries are written into its buffers (grown there when they outgrow
         them) and the result is a view, valid until the next call with the same scratch."""
-        lo, hi, trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
-            np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))
+        lo, hi, trap = self.kernel_arrays()
         X = np.ascontiguousarray(X, dtype=np.float64)
         own = scratch if scratch is not None else Scratch()
         start, count, own.rows, own.phi, own.phi0, own.lost, e = sparse_firing(
@@ -173,8 +180,7 @@ class FuzzyTree:
     def training_firing(self, X: np.ndarray) -> Firing:
         """Ungated sparse firings of the training rows ``X`` (n, n_features) in exact-size, slim
         buffers, for the fit's Gaussians and rule shares; see `ferl._firing.training_firing`."""
-        trap = self.derived("kernel", (self.lo, self.hi, self.trap), lambda: tuple(
-            np.nan_to_num(a, nan=0.0) for a in (self.lo, self.hi, self.trap)))[2]
+        trap = self.kernel_arrays()[2]
         return training_firing(np.ascontiguousarray(X, dtype=np.float64), self.feature, trap,
                                self.left, self.right)
 
