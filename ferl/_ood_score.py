@@ -37,6 +37,19 @@ TOTAL_KINDS = ("leaf", "nll", "combined", "residual", "firing")
 _SUM_FREEDOMS = {"reassoc", "nsz", "contract"}
 
 
+@njit(cache=True, fastmath=_SUM_FREEDOMS, inline="always")
+def _z2(x, mu, inv_sd):
+    z = min(abs((x - mu) * inv_sd), Z_MAX)
+    return z * z
+
+
+@njit(cache=True, fastmath=_SUM_FREEDOMS, inline="always")
+def _add(num, den, i, p, acc, m):
+    if p > 0.0:
+        num[i] += p * acc / m
+        den[i] += p
+
+
 @njit(cache=True, fastmath=_SUM_FREEDOMS)
 def _terms(X, start, count, rows, phi0, lost, feature, n_free, mean, inv_sd, residual):
     """Routing loss (n,) and, when ``residual``, ``R`` (n,) (else zeros) of sparse firings.
@@ -46,6 +59,8 @@ def _terms(X, start, count, rows, phi0, lost, feature, n_free, mean, inv_sd, res
     zeros for the path ones: a dense loop the compiler vectorises, where gathering the free
     features one by one was bound by the latency of its additions (the residual kernel went from
     55-62 to 34-36 ms at 10^5 rows, d = 20, FERL-deep; ``R`` moved by at most 7e-16 relative).
+    A node's entries are taken four at a time, sharing the node's loads and summing side by side:
+    33 -> 29-30 ms (fastest of 21 interleaved rounds; ``R`` within 7e-16 relative).
     """
     n, d = X.shape
     loss = np.zeros(n)
@@ -60,17 +75,26 @@ def _terms(X, start, count, rows, phi0, lost, feature, n_free, mean, inv_sd, res
         m = n_free[o]
         if not residual or m == 0:
             continue
-        for e in range(s, s + k):
-            p = phi0[e]
-            if p <= 0.0:
-                continue
+        tail = s + k - k % 4
+        for e in range(s, tail, 4):
+            i0, i1, i2, i3 = rows[e], rows[e + 1], rows[e + 2], rows[e + 3]
+            a0 = a1 = a2 = a3 = 0.0
+            for f in range(d):
+                mu, sd = mean[o, f], inv_sd[o, f]
+                a0 += _z2(X[i0, f], mu, sd)
+                a1 += _z2(X[i1, f], mu, sd)
+                a2 += _z2(X[i2, f], mu, sd)
+                a3 += _z2(X[i3, f], mu, sd)
+            _add(num, den, i0, phi0[e], a0, m)
+            _add(num, den, i1, phi0[e + 1], a1, m)
+            _add(num, den, i2, phi0[e + 2], a2, m)
+            _add(num, den, i3, phi0[e + 3], a3, m)
+        for e in range(tail, s + k):
             i = rows[e]
             acc = 0.0
             for f in range(d):
-                z = min(abs((X[i, f] - mean[o, f]) * inv_sd[o, f]), Z_MAX)
-                acc += z * z
-            num[i] += p * acc / m
-            den[i] += p
+                acc += _z2(X[i, f], mean[o, f], inv_sd[o, f])
+            _add(num, den, i, phi0[e], acc, m)
     for i in range(n):
         if den[i] > 0.0:
             num[i] /= den[i]
