@@ -167,3 +167,39 @@ def test_read_out_parameters_set_after_fit_are_checked(name, value):
             call(X[:5])  # they were read as they came: "no" switched the discount on, "foo" gave all nodes
     clf.set_params(**{name: FERLClassifier().get_params()[name]})
     np.testing.assert_array_equal(clf.predict_proba(X[:5]), before)
+
+
+def _outputs(clf, X):
+    """Every array a read-out returns: credal set, evidence, scores and the per-feature novelty."""
+    out = clf.credal_readout(X)
+    novelty = clf._novelty(clf._check_X(X))
+    arrays = [out.credal_set, out.evidence.mass, out.evidence.ignorance, out.evidence.conflict,
+              out.ood_score] + [getattr(novelty, name) for name in vars(novelty)]
+    return [a for a in arrays if isinstance(a, np.ndarray)]
+
+
+@pytest.mark.parametrize("discount", [False, True])
+def test_a_thread_kept_scratch_leaves_earlier_outputs_alone(monkeypatch, discount):
+    # the entry buffers outlive a read-out (`thread_scratch`), so no output may be a view of them
+    monkeypatch.setattr(readout, "CHUNK", 64)
+    clf, X = _fit(novelty_discount=discount)
+    for rows in (X[:50], X[:300]):  # one chunk (the output is the chunk's), then several
+        first = _outputs(clf, rows)
+        kept = [a.copy() for a in first]
+        _outputs(clf, X[::-1] + 0.5)
+        for a, b in zip(first, kept, strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_read_outs_in_threads_match_sequential_ones():
+    from concurrent.futures import ThreadPoolExecutor
+
+    clf, X = _fit()
+    batches = [X[i::4] + 0.1 * i for i in range(4)]
+    sequential = [clf.credal_readout(b) for b in batches]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(clf.credal_readout, batches * 3))
+    for got, want in zip(threaded, sequential * 3, strict=True):
+        np.testing.assert_array_equal(got.evidence.mass, want.evidence.mass)
+        np.testing.assert_array_equal(got.ood_score, want.ood_score)
+    assert readout.thread_scratch() is readout.thread_scratch()
