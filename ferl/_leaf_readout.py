@@ -34,25 +34,30 @@ def _leaf_totals(U, start, count, rows, phi0, leaves, mean, whiten_t, half_logde
     total = np.zeros(n)
     nll = np.zeros((n if want_nll else 0, n_leaves))
     w = np.empty(d)
+    most = 0
+    for j in range(n_leaves):
+        most = max(most, count[leaves[j]])
+    idx = np.empty(most, dtype=np.int64)  # a leaf's positive entries, in row order
+    V_all = np.empty((most, d))  # buffers for the largest leaf, sliced for each
+    W_all = np.empty((most, d))
     for j in range(n_leaves):
         o = leaves[j]
         k = 0
         for e in range(start[o], start[o] + count[o]):
-            k += phi0[e] > 0.0
+            if phi0[e] > 0.0:
+                idx[k] = e
+                k += 1
         if k == 0:
             continue
-        idx = np.empty(k, dtype=np.int64)  # the positive entries, in row order
-        a = 0
-        for e in range(start[o], start[o] + count[o]):
-            if phi0[e] > 0.0:
-                idx[a] = e
-                a += 1
-        V = np.empty((k, d))
+        V = V_all[:k]
         for a in range(k):
             i = rows[idx[a]]
             for f in range(d):
                 V[a, f] = U[i, f] - mean[j, f]
-        Wm = V @ whiten_t[j] if k >= block else V  # below block: whitened row by row into w
+        Wm = V  # below block: whitened row by row into w
+        if k >= block:
+            Wm = W_all[:k]
+            np.dot(V, whiten_t[j], Wm)
         for a in range(k):
             if k < block:
                 for f in range(d):
