@@ -94,11 +94,13 @@ class ReadoutMixin:
         (and, with `novelty_discount`, the leaf NLLs) of the evidence. Measured over CART's
         ``predict`` (``python scripts/bench_scale.py --sections keel``, 30 KEEL sets x 5 folds, CPU
         time, 2-core machine), median (worst set) for compact / medium / deep: one pass
-        0.9 (3.7) / 1.5 (7.0) / 2.1 (14.1), the three calls 1.7 (5.1) / 2.4 (10.1) / 3.8 (20.8);
-        at 10^5 rows (``--sections scale``, d = 20, FERL-deep, fastest of 9 interleaved rounds, five
-        runs on a shared virtual machine) 5.2-6.6x one pass, 9.5-11x three calls, and 2.5-2.7x for
-        ``predict`` alone. The read-out is bound by memory and suffers more than CART from busy
-        neighbours: the same code measured 5.2x when CART's ``predict`` took 21 ms, 6.4x at 27 ms.
+        0.9 (3.7) / 1.5 (6.5) / 2.0 (11.8), the three calls 1.7 (4.7) / 2.4 (9.0) / 3.6 (17.6);
+        at 10^5 rows (``--sections scale --n-sizes 100000``, d = 20, FERL-deep, fastest of 9
+        interleaved rounds, three runs on a shared virtual machine) 4.0-4.3x one pass, 6.3-6.9x
+        three calls, and 1.7-1.8x for ``predict`` alone. The read-out is bound by memory and
+        suffers more than CART from busy neighbours (5.5x in such a run, before the last two
+        speed-ups: the buffers each thread keeps, `ferl._readout.thread_scratch`, and the leaf
+        term's).
 
         Parameters
         ----------
