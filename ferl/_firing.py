@@ -269,7 +269,8 @@ def _empty(dtype=np.float64) -> np.ndarray:
 
 @dataclass
 class Scratch:
-    """Entry buffers that successive `sparse_firing` calls fill and grow (a read-out's chunks).
+    """Entry buffers that successive `sparse_firing` calls fill and grow (a read-out's chunks, and
+    a thread's successive read-outs: `ferl._readout.thread_scratch`).
 
     A chunk's `Firing` is a view into them, valid until the next call with the same scratch. Fresh
     buffers per chunk cost their page faults, and most chunks outgrew the first guess (24 entries a
