@@ -145,7 +145,9 @@ def _value_problem(est, tree: FuzzyTree, d: int) -> str | None:
     """The first value a fitted model cannot hold (on top of `FuzzyTree.structure_problem`), or None.
 
     Duplicated classes or feature names, an internal node whose observed range has lo > hi or
-    whose trapezoid (a, b, c, d) is not ordered a <= b <= c <= d, and free-feature Gaussians
+    whose trapezoid (a, b, c, d) is not ordered a <= b <= c <= d or has a ramp that is neither an
+    infinite shoulder (``a = b = -inf``, ``c = d = +inf``) nor of finite width (its membership
+    would be ``inf / inf``), and free-feature Gaussians
     (paper eq. 3) that are not finite, with a non-negative variance, off the root-to-node path.
     """
     for what, names in (("classes", est.classes_.tolist()), ("feature names", est.feature_names_),
@@ -161,6 +163,13 @@ def _value_problem(est, tree: FuzzyTree, d: int) -> str | None:
     bad = internal[~np.all(trap[:, :-1] <= trap[:, 1:], axis=1)]
     if bad.size:
         return f"node {bad[0]} has a trapezoid {tree.trap[bad[0]].tolist()} that is not a <= b <= c <= d"
+    with np.errstate(over="ignore", invalid="ignore"):  # each ramp a shoulder or of finite width
+        ramps = ((trap[:, 1] == -np.inf) | np.isfinite(trap[:, 1] - trap[:, 0])) \
+            & ((trap[:, 2] == np.inf) | np.isfinite(trap[:, 3] - trap[:, 2]))
+    bad = internal[~ramps]
+    if bad.size:
+        return (f"node {bad[0]} has a trapezoid {tree.trap[bad[0]].tolist()} with a ramp the firing "
+                f"cannot read: an infinite end that is no shoulder, or wider than float64 holds")
     free = ~tree.path_mask(d)
     for name, arr, low in (("free_mean", tree.free_mean, -np.inf), ("free_var", tree.free_var, 0.0)):
         bad = free & ~(np.isfinite(arr) & (arr >= low))
