@@ -10,7 +10,8 @@ built once (about 10 microseconds per use after that).
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, nullcontext
+import threading
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
 
 from threadpoolctl import ThreadpoolController
@@ -34,10 +35,36 @@ def one_blas_thread() -> AbstractContextManager:
     Returns
     -------
     contextlib.AbstractContextManager
-        Restores the previous thread counts on exit; does nothing where every BLAS library runs
-        on one thread already (asking costs about 1 microsecond, limiting and restoring about 30:
-        as much as a small read-out's kernels).
+        Restores the previous thread counts when the last of the threads inside leaves (`_pinned`);
+        does nothing where every BLAS library runs on one thread already and no thread is inside
+        (asking costs about 1 microsecond, limiting and restoring about 30: as much as a small
+        read-out's kernels).
     """
-    if all(lib.get_num_threads() == 1 for lib in _blas()):
+    if _inside == 0 and all(lib.get_num_threads() == 1 for lib in _blas()):
         return nullcontext()
-    return _controller().limit(limits=1, user_api="blas")
+    return _pinned()
+
+
+_lock = threading.Lock()
+_inside = 0  # threads in `_pinned`
+_limiter = None  # what the first of them found, restored by the last
+
+
+@contextmanager
+def _pinned():
+    """One thread for BLAS while any thread is inside: the first one in limits, the last one out
+    restores. A limiter per thread restored what it found: one that found the pool pinned by
+    another thread's read-out put one thread back, and the pool stayed there."""
+    global _inside, _limiter
+    with _lock:
+        if _inside == 0:
+            _limiter = _controller().limit(limits=1, user_api="blas")
+        _inside += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _inside -= 1
+            if _inside == 0:
+                _limiter.restore_original_limits()
+                _limiter = None

@@ -1,10 +1,12 @@
 """The linear-algebra helpers: BLAS on one thread (`ferl._blas`), shared whitenings (`ferl._zca`)."""
 
 from contextlib import nullcontext
+from types import SimpleNamespace
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
+import ferl._blas as blas
 import ferl.typicality as typ
 from ferl._blas import one_blas_thread
 from ferl._zca import whitening
@@ -22,6 +24,25 @@ def test_one_blas_thread_limits_only_a_pool_of_several_threads():
     with one_blas_thread():
         assert all(n == 1 for n in blas_threads())
     assert blas_threads() == before
+
+
+def test_overlapping_uses_in_several_threads_restore_the_pool(monkeypatch):
+    """Read-outs in concurrent threads: two that both found the pool at several threads (the
+    second checked before the first pinned it), then enter A, B, leave A, B. Each limiter used to
+    restore what it saw, so B put back A's one thread and the pool stayed at one after the read-outs
+    (seen after 132 rounds of 16 read-outs in 4 threads)."""
+    with threadpool_limits(2, user_api="blas"):
+        libs = blas._blas()
+        saw = [SimpleNamespace(get_num_threads=lambda: 2) for _ in libs]
+        monkeypatch.setattr(blas, "_blas", lambda: saw)  # what both checks saw, before any limit
+        a, b = one_blas_thread(), one_blas_thread()
+        monkeypatch.setattr(blas, "_blas", lambda: libs)
+        a.__enter__()
+        b.__enter__()
+        a.__exit__(None, None, None)
+        assert all(n == 1 for n in blas_threads())  # B still runs
+        b.__exit__(None, None, None)
+        assert all(n == 2 for n in blas_threads())
 
 
 def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypatch, wine_deep, wine):
