@@ -3,7 +3,9 @@
 The images are drawn from the run's data set (rebuilt from its ``config.yaml``; the synthetic world
 is regenerated from its seed): ``n - novel`` test images of trained classes and ``novel`` images
 of the held-out classes (split ``novel``), chosen at random with ``seed``. File names are
-``<split>_<class>_<i>.png``, so the table ``predict`` writes can be checked by eye.
+``<split>_<class>_<i>.png`` (the split once: held-out classes are named ``novel_..`` already), so the
+table ``predict`` writes can be checked by eye. The output folder must hold no image yet:
+``predict --folder`` reads every image under it.
 
 Examples
 --------
@@ -19,7 +21,15 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from cbm.data.custom import IMAGE_SUFFIXES
 from cbm.report.run import load_run
+
+
+def file_name(split: str, class_name: str, i: int) -> str:
+    """``<split>_<class>_<i>.png``, the split written once (``novel_00_03.png``, not
+    ``novel_novel_00_03.png``)."""
+    stem = class_name if class_name.startswith(f"{split}_") else f"{split}_{class_name}"
+    return f"{stem}_{i:02d}.png"
 
 
 def sample_images(run_dir: str | Path, out: str | Path, n: int = 20, novel: int = 10,
@@ -29,15 +39,20 @@ def sample_images(run_dir: str | Path, out: str | Path, n: int = 20, novel: int 
     Raises
     ------
     ValueError
-        The run's data set cannot be rebuilt here or has no images, or ``novel`` exceeds ``n``.
+        The run's data set cannot be rebuilt here or has no images, ``novel`` exceeds ``n``, or
+        ``out`` holds images already (``predict --folder`` would read them too).
     """
     if not 0 <= novel <= n:
         raise ValueError(f"novel must be in [0, n], got novel={novel}, n={n}")
+    out = Path(out)
+    present = [p for p in out.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES] if out.is_dir() else []
+    if present:
+        raise ValueError(f"{out} holds {len(present)} image(s) already (e.g. {present[0].name}); "
+                         "predict --folder would read them too: give an empty or new folder")
     table = load_run(run_dir).data
     if table is None or table.kind != "image":
         raise ValueError(f"the data set of {run_dir} is not an image data set available here")
     rng = np.random.default_rng(seed)
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for split, count in (("test", n - novel), ("novel", novel)):
@@ -45,7 +60,7 @@ def sample_images(run_dir: str | Path, out: str | Path, n: int = 20, novel: int 
         for i, row in enumerate(rng.choice(rows, size=min(count, rows.size), replace=False)):
             image = table.load(int(row))
             image = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))
-            path = out / f"{split}_{table.class_names[table.y[row]]}_{i:02d}.png"
+            path = out / file_name(split, table.class_names[table.y[row]], i)
             image.save(path)
             written.append(path)
     return written
@@ -59,5 +74,8 @@ if __name__ == "__main__":
     parser.add_argument("--novel", type=int, default=10, help="of which held-out-class images (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the choice")
     args = parser.parse_args()
-    paths = sample_images(args.run_dir, args.out, args.n, args.novel, args.seed)
+    try:
+        paths = sample_images(args.run_dir, args.out, args.n, args.novel, args.seed)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
     print(f"wrote {len(paths)} images to {args.out}")
