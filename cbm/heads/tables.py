@@ -35,6 +35,11 @@ PAPER_TABLE4: dict[str, dict[str, tuple[str, str]]] = {
 #: Display names of the training-concept sources.
 SOURCE_LABELS = {"in-sample": "in-sample (paper)", "cross-fitted": "cross-fitted",
                  "independent": "true concepts (independent)"}
+#: What each training-concept source is, as the table 'heads by training concepts' says it.
+_SOURCE_TEXT = {"in-sample": "the detector's in-sample train concepts (the paper's protocol; train "
+                             "probabilities are cleaner than test ones)",
+                "cross-fitted": "its cross-fitted (out-of-fold) train concepts",
+                "independent": "the true concepts (Koh et al.'s independent bottleneck)"}
 _SET_METRICS = ("coverage", "determinacy", "mean_set_size", "abstention_rate", "u65", "u80")
 
 
@@ -91,17 +96,17 @@ def _sources_markdown(entry: dict) -> list[str]:
         return []
     heads = next(iter(compared.values()))
     table = pd.DataFrame({"Head": [HEAD_LABELS.get(h, h) for h in heads]})
-    for source in sorted(compared, key=list(SOURCE_LABELS).index):
+    sources = sorted(compared, key=list(SOURCE_LABELS).index)
+    for source in sources:
         by_head = compared[source]
         for kind, short in (("raw", "raw"), ("calibrated", "calib.")):
             table[f"{SOURCE_LABELS.get(source, source)} {short}"] = [_pct(by_head[h][kind]["accuracy"])
                                                                      for h in heads]
+    fitted = [_SOURCE_TEXT.get(s, s) for s in sources]  # only the sources of the table's columns
     return ["", "## Heads by training concepts (test accuracy %)", "",
-            "The same heads fitted on the detector's in-sample train concepts (the paper's protocol; "
-            "train probabilities are cleaner than test ones), on cross-fitted (out-of-fold) train concepts, "
-            "and on the true concepts (Koh et al.'s independent bottleneck); always tested on the "
-            f"detector's test concepts. The tables above use **{entry['train_concepts']}** train concepts.",
-            "", markdown_table(table)]
+            f"The same heads fitted on {', '.join(fitted[:-1])} and on {fitted[-1]}; always tested on "
+            f"the detector's test concepts. The tables above use **{entry['train_concepts']}** train "
+            "concepts.", "", markdown_table(table)]
 
 
 def _compact_note(heads: dict, n_classes: int) -> list[str]:
