@@ -54,9 +54,14 @@ def write_table(pred: Predictions, out: str | os.PathLike, formats: Sequence[str
     return written
 
 
-def _cell(value: Any) -> str:
+#: Fixed decimals per float column of the summary table, so a column reads as one format
+#: (``.3g`` wrote 0.271, 0.27, 0 and 0.00232 in one ignorance column).
+_DECIMALS = {"ignorance": 3, "ood_score": 2}
+
+
+def _cell(value: Any, column: str = "") -> str:
     if isinstance(value, float):
-        return f"{value:.3g}"
+        return f"{value:.{_DECIMALS[column]}f}" if column in _DECIMALS else f"{value:.3g}"
     return "–" if value is None else str(value).replace("|", "\\|")
 
 
@@ -69,7 +74,7 @@ def _summary(pred: Predictions) -> list[str]:
              "|---:|" + "---|" * len(cols)]
     for i, r in enumerate(pred.rows):
         flat = flat_row(r)
-        lines.append(f"| {i + 1} | " + " | ".join(_cell(flat[c]) for c in cols) + " |")
+        lines.append(f"| {i + 1} | " + " | ".join(_cell(flat[c], c) for c in cols) + " |")
     return lines
 
 
