@@ -24,4 +24,3 @@ def test_a_folder_that_holds_images_is_refused_before_the_run_is_read(tmp_path):
     (tmp_path / "old" / "left_over.JPG").write_bytes(b"")
     with pytest.raises(ValueError, match=r"holds 1 image\(s\) already .*left_over\.JPG"):
         module["sample_images"](tmp_path / "no_such_run", tmp_path)
-
