@@ -203,9 +203,9 @@ def heads_markdown(entry: dict) -> str:
     cal = entry["calibration"]
     lines += [
         "", "## Per-concept calibration", "",
-        f"Mean per-concept ECE (%), raw -> calibrated: val {_pct(cal['val']['concept_ece_raw_mean'])} -> "
+        f"Mean per-concept ECE (%), raw → calibrated: val {_pct(cal['val']['concept_ece_raw_mean'])} → "
         f"{_pct(cal['val']['concept_ece_calibrated_mean'])} (in-sample: the maps are fitted on val); "
-        f"test {_pct(cal['test']['concept_ece_raw_mean'])} -> "
+        f"test {_pct(cal['test']['concept_ece_raw_mean'])} → "
         f"{_pct(cal['test']['concept_ece_calibrated_mean'])}. "
         "Maps: " + ", ".join(f"{v} {k}" for k, v in sorted(cal["map_kinds"].items())) + ".",
     ]
