@@ -2,13 +2,13 @@
 
 Rows are processed in chunks of `CHUNK`, so the firings held at any time are bounded whatever the
 number of rows (in one `ferl._firing.Scratch` of entry buffers that the chunks, and the thread's
-later read-outs, reuse: `thread_scratch`). Per chunk the
-sparse firings (`ferl._firing.sparse_firing`) feed the evidence (`ferl.evidence.combine_sparse`),
-the per-feature novelty (`ferl.novelty.analyse`) and the OOD score alone
-(`ferl._ood_score.score_totals`, no per-feature split) that the call asks for, and the chunks'
-outputs are concatenated. With the novelty discount the evidence combines the firings discounted by
-each source's reliability (`ferl.evidence.discount`, `ferl._reliability.source_reliability`), from
-the leaf typicality scores of the same pass (`ferl._reliability.leaf_typicality`).
+later read-outs, reuse: `thread_scratch`). Per chunk the sparse firings
+(`ferl._firing.sparse_firing`) feed the evidence (`ferl.evidence.combine_sparse`), the per-feature
+novelty (`ferl.novelty.analyse`) and the OOD score alone (`ferl._ood_score.score_totals`, no
+per-feature split) that the call asks for, and the chunks' outputs are concatenated. With the
+novelty discount the evidence combines the firings discounted by each source's reliability
+(`ferl.evidence.discount`, `ferl._reliability.source_reliability`), from the leaf typicality scores
+of the same pass (`ferl._reliability.leaf_typicality`).
 """
 
 from __future__ import annotations
