@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from cbm.data.custom import IMAGE_SUFFIXES
+from cbm.predict.inputs import find_images
 from cbm.report.run import load_run
 
 
@@ -45,7 +45,10 @@ def sample_images(run_dir: str | Path, out: str | Path, n: int = 20, novel: int 
     if not 0 <= novel <= n:
         raise ValueError(f"novel must be in [0, n], got novel={novel}, n={n}")
     out = Path(out)
-    present = [p for p in out.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES] if out.is_dir() else []
+    try:
+        present = find_images(out)  # what predict --folder would read
+    except FileNotFoundError:  # no folder, or no image in it
+        present = []
     if present:
         raise ValueError(f"{out} holds {len(present)} image(s) already (e.g. {present[0].name}); "
                          "predict --folder would read them too: give an empty or new folder")
