@@ -22,6 +22,7 @@ from ferl import persist
 from ferl._params import check_params
 from ferl._tree import FuzzyTree
 from ferl.presets import PARAMETER_CONSTRAINTS
+from ferl.prototypes import RulePrototypes
 from ferl.typicality import RIDGE, LeafGaussians
 
 __all__ = ["ModelFilesMixin", "save_classifier", "load_classifier"]
@@ -34,6 +35,7 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     arrays = {f"tree_{k}": getattr(est.tree_, k) for k in FuzzyTree.SAVED_FIELDS}
     arrays["feature_range"] = est.feature_range_
     arrays.update(_leaf_arrays(est.leaf_gaussians_))
+    arrays.update({f"prototype_{k}": getattr(est.rule_prototypes_, k) for k in RulePrototypes.SAVED_FIELDS})
     if est.rule_alone_ is not None:
         arrays["rule_alone"] = est.rule_alone_
     if est.partitions_ is not None:
@@ -101,6 +103,7 @@ def load_classifier(cls, path: str | os.PathLike):
         setattr(tree, k, arrays[f"tree_{k}"])
     _check_loaded(path, est, tree, meta, arrays)
     est.leaf_gaussians_ = _load_leaf_gaussians(path, tree, meta["n_features_in"], arrays)
+    est.rule_prototypes_ = _load_prototypes(path, int(tree.is_leaf.sum()), arrays)
     est.tree_ = tree
     est.n_rules_ = int(tree.is_leaf.sum())
     est.evidence_nodes_ = fitted_nodes
@@ -224,6 +227,24 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
         _corrupted(path, "a leaf covariance is not positive definite or lost its ridge")
     return LeafGaussians(**{k: np.asarray(v, dtype=np.float64) if k != "leaves" else v
                             for k, v in fields.items()}, cov=cov)
+
+
+def _load_prototypes(path, n_leaves: int, arrays: dict) -> RulePrototypes:
+    """Rebuild the rule prototypes; ValueError for missing arrays or a hand-edited file (the index
+    not increasing leaf positions, the reference not two sorted finite rows)."""
+    names = [f"prototype_{k}" for k in RulePrototypes.SAVED_FIELDS]
+    if missing := [k for k in names if k not in arrays]:
+        raise ValueError(f"{path} lacks the rule prototype arrays {missing} (a model saved by an older "
+                         f"version); refit and save the model again")
+    index, reference = (arrays[k] for k in names)
+    if (index.ndim != 1 or index.size == 0 or index.dtype.kind != "i" or index.min() < 0
+            or index.max() >= n_leaves or (np.diff(index) <= 0).any()):
+        _corrupted(path, "the prototype index is not increasing positions of the tree's leaves")
+    if (reference.ndim != 2 or reference.shape[0] != 2 or reference.shape[1] == 0
+            or reference.dtype.kind != "f" or not np.isfinite(reference).all()
+            or (np.diff(reference, axis=1) < 0).any()):
+        _corrupted(path, "the prototype reference is not two sorted rows of finite scores")
+    return RulePrototypes(index.astype(np.int64), reference.astype(np.float64))
 
 
 def _corrupted(path, problem: str):

@@ -24,6 +24,7 @@ from ferl._reliability import leaf_typicality, source_reliability
 from ferl._tree import FuzzyTree
 from ferl.evidence import Evidence, combine_sparse, discount
 from ferl.novelty import OOD_KINDS, Novelty, analyse
+from ferl.prototypes import RulePrototypes, prototype_kind
 from ferl.typicality import LeafGaussians
 
 __all__ = ["CHUNK", "CredalReadout", "Readout", "discounted", "read_out", "thread_scratch"]
@@ -116,7 +117,8 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
 
 def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool, margin: np.ndarray,
              sources: np.ndarray, rule: str, evidence: bool = True, novelty: bool = False,
-             novelty_discount: bool = False, score: str | None = None) -> Readout:
+             novelty_discount: bool = False, score: str | None = None,
+             prototypes: RulePrototypes | None = None) -> Readout:
     """Evidence, novelty and / or an OOD score of validated inputs from one firing pass per chunk.
 
     Parameters
@@ -142,7 +144,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     score : str or None
         The kind of OOD score to compute (`ferl.novelty.OOD_KINDS`): ``"ignorance"`` is the
         evidence's ``m(Theta)`` (computed whatever ``evidence`` says), the others come from
-        `ferl._ood_score.score_totals`; None for none.
+        `ferl._ood_score.score_totals` and, for ``"typical"`` and ``"prototype"``, `ferl.prototypes`;
+        None for none.
+    prototypes : RulePrototypes or None
+        The tree's rule prototypes; needed by the kinds of `ferl.prototypes`.
 
     Returns
     -------
@@ -166,10 +171,14 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         if novelty:
             parts_n.append(analyse(tree, leaves, rows, fired))
             leaf_nll = parts_n[-1].leaf_nll
-        if score in TOTAL_KINDS:
-            values, nll = score_totals(tree, leaves, rows, fired, score, discount and leaf_nll is None)
-            parts_s.append(values)
+        if score in TOTAL_KINDS or score == "typical":
+            values, nll = score_totals(tree, leaves, rows, fired, "leaf" if score == "typical" else score,
+                                       discount and leaf_nll is None)
+            parts_s.append(values if score != "typical" else
+                           prototype_kind(score, rows, leaves, prototypes, values))
             leaf_nll = leaf_nll if nll is None else nll
+        elif score == "prototype":
+            parts_s.append(prototype_kind(score, rows, leaves, prototypes))
         if evidence:
             if discount:
                 fired = discounted(tree, leaves, rows, fired, leaf_nll)[0]

@@ -28,7 +28,7 @@ class ReadoutMixin:
         """Evidence, novelty and / or an OOD score of validated ``X`` from one firing pass."""
         return read_out(self.tree_, self.leaf_gaussians_, X, bool(self.bounded_support),
                         self._gate_margin(), self._sources(), self.combination, evidence, novelty,
-                        bool(self.novelty_discount), score)
+                        bool(self.novelty_discount), score, self.rule_prototypes_)
 
     def _reliability(self, X, fired=None, leaf_nll=None) -> np.ndarray:
         """Source reliabilities (n, n_nodes) of validated ``X`` (`ferl._readout.discounted`), from

@@ -26,6 +26,7 @@ from ferl._rules_mixin import RulesMixin
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import analyse, check_variances, fit_free_gaussians
 from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
+from ferl.prototypes import fit_rule_prototypes
 from ferl.rules import fires_alone
 from ferl.typicality import fit_leaf_gaussians
 
@@ -240,6 +241,9 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         self.n_rules_ = int(self.tree_.is_leaf.sum())
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
+        self.rule_prototypes_ = None  # the reference's "leaf" scores below do not read it
+        self.rule_prototypes_ = fit_rule_prototypes(self.leaf_gaussians_, fired, X, sw,
+                                                    lambda rows: self.ood_score(rows, "leaf"))
         return self
 
     # ------------------------------------------------------------------ inference

@@ -78,8 +78,8 @@ FIRING_EPS = 1e-3
 #: Depth of the deepest nodes whose free-feature scores apportion the leaf term of the ``"nll"``
 #: score over the features (`Novelty.feature_scores`: how it was chosen).
 NAMING_DEPTH = 2
-#: Kinds accepted by `Novelty.score`, the default first.
-OOD_KINDS = ("leaf", "nll", "combined", "residual", "ignorance", "firing")
+#: Kinds of ``ood_score``, the default first; `Novelty.score` computes all but `ferl.prototypes`'.
+OOD_KINDS = ("leaf", "nll", "combined", "residual", "ignorance", "firing", "typical", "prototype")
 #: Kinds whose score `Novelty.feature_scores` splits over the features.
 DECOMPOSED_KINDS = ("leaf", "nll", "combined", "residual")
 #: Weight of the free-feature residual ``R`` in the ``"leaf"`` score (module docstring: how chosen).
@@ -263,7 +263,7 @@ class Novelty:
         Raises
         ------
         ValueError
-            Unknown kind, or ``"ignorance"`` without ``ignorance``.
+            Unknown kind, ``"ignorance"`` without ``ignorance``, or a kind of `ferl.prototypes`.
         """
         if kind in DECOMPOSED_KINDS:
             return self.feature_scores(kind).sum(axis=1)
@@ -273,6 +273,8 @@ class Novelty:
             if ignorance is None:
                 raise ValueError('kind="ignorance" needs the ignorance masses')
             return np.asarray(ignorance, dtype=np.float64).copy()
+        if kind in OOD_KINDS:
+            raise ValueError(f"kind {kind!r} needs the rule prototypes: use the estimator's ood_score")
         raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
 
     def feature_scores(self, kind: str = "leaf") -> np.ndarray:

@@ -1,0 +1,156 @@
+"""Rule prototypes (`ferl.prototypes`): the ``"prototype"`` distance and the ``"typical"`` score."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ferl import FERLClassifier, persist, prototypes
+from ferl.metrics import ood_auroc
+from ferl.novelty import analyse
+from ferl.prototypes import MIN_SUPPORT, nearest_prototype, prototype_distance, tail_nats
+from ferl.typicality import standardise
+
+
+def test_the_prototype_distance_is_the_l1_distance_to_the_nearest_supported_leaf_mean(wine_deep, wine):
+    _, X_te, _, _ = wine
+    leaves, index = wine_deep.leaf_gaussians_, wine_deep.rule_prototypes_.index
+    U = standardise(X_te, leaves.center, leaves.scale)
+    brute = np.abs(U[:, None, :] - leaves.mean[index][None]).sum(axis=2)
+    distance, nearest = nearest_prototype(X_te, leaves, index)
+    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-12)
+    np.testing.assert_array_equal(nearest, brute.argmin(axis=1))
+    np.testing.assert_allclose(prototype_distance(X_te, leaves, index).sum(axis=1), distance, rtol=1e-12)
+    np.testing.assert_allclose(wine_deep.ood_score(X_te, "prototype"), distance, rtol=1e-12)
+
+
+def test_only_leaves_with_enough_training_rows_are_prototypes(wine_deep, wine):
+    X_tr, _, _, _ = wine
+    fired = wine_deep.tree_.training_firing(X_tr)
+    support = np.array([fired.phi0[fired.start[o]:fired.start[o] + fired.count[o]].sum()
+                        for o in wine_deep.leaf_gaussians_.leaves])
+    assert (support < MIN_SUPPORT).any()  # the test means something: some leaves are left out
+    np.testing.assert_array_equal(wine_deep.rule_prototypes_.index, np.flatnonzero(support >= MIN_SUPPORT))
+
+
+def test_a_training_input_at_a_prototype_has_distance_zero(wine_deep):
+    leaves = wine_deep.leaf_gaussians_
+    centre = leaves.mean[wine_deep.rule_prototypes_.index[0]]
+    x = centre * leaves.scale + leaves.center
+    assert wine_deep.ood_score(x[None], "prototype")[0] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_tail_nats_counts_the_reference_scores_at_or_above():
+    ref = np.array([1.0, 2.0, 3.0])
+    got = tail_nats(ref, np.array([0.0, 2.0, 3.0]))
+    np.testing.assert_allclose(got, [0.0, np.log(4 / 3), np.log(2)])
+    above = tail_nats(ref, np.array([3.0 + 1e-9, 4.0, 50.0]))
+    assert above[0] == pytest.approx(np.log(4))
+    assert np.log(4) < above[1] < above[2] < np.inf  # keeps ranking above the largest reference
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=30),
+       st.lists(st.floats(-1e300, 1e300), min_size=1, max_size=30))
+def test_tail_nats_is_finite_non_negative_and_non_decreasing(ref, scores):
+    ref, scores = np.sort(np.array(ref)), np.sort(np.array(scores))
+    nats = tail_nats(ref, scores)
+    assert np.isfinite(nats).all() and (nats >= 0).all()
+    assert (np.diff(nats) >= -1e-12).all()
+
+
+def test_typical_is_the_sum_of_the_two_tails(wine_deep, wine):
+    _, X_te, _, _ = wine
+    Z = X_te + 0.2
+    leaf_ref, distance_ref = wine_deep.rule_prototypes_.reference
+    expected = (tail_nats(leaf_ref, wine_deep.ood_score(Z, "leaf"))
+                + tail_nats(distance_ref, wine_deep.ood_score(Z, "prototype")))
+    np.testing.assert_allclose(wine_deep.ood_score(Z, "typical"), expected, rtol=1e-12)
+    out = wine_deep.credal_readout(Z, "typical")
+    np.testing.assert_array_equal(out.ood_score, wine_deep.ood_score(Z, "typical"))
+
+
+def test_the_reference_holds_the_training_rows_in_sample_scores(wine_deep, wine):
+    X_tr, _, _, _ = wine
+    leaf_ref, distance_ref = wine_deep.rule_prototypes_.reference
+    np.testing.assert_allclose(leaf_ref, np.sort(wine_deep.ood_score(X_tr, "leaf")), rtol=1e-12)
+    np.testing.assert_allclose(distance_ref, np.sort(wine_deep.ood_score(X_tr, "prototype")), rtol=1e-12)
+
+
+def test_the_reference_is_a_deterministic_subsample_of_the_positive_weight_rows(monkeypatch):
+    monkeypatch.setattr(prototypes, "REFERENCE_ROWS", 10)
+    sw = np.ones(25)
+    sw[3] = 0.0
+    rows = prototypes.reference_rows(sw)
+    assert rows.size == 10 and 3 not in rows and rows[0] == 0 and rows[-1] == 24
+    np.testing.assert_array_equal(rows, prototypes.reference_rows(sw))
+
+
+def _flipped_profiles(rng, profiles, n, p_flip):
+    """Near-binary concept vectors: each class's profile with a fraction of flips and noise."""
+    c = rng.integers(len(profiles), size=n)
+    X = profiles[c].astype(float)
+    flip = rng.random(X.shape) < p_flip
+    X[flip] = 1 - X[flip]
+    return np.clip(X + rng.normal(0, 0.03, X.shape), 0, 1), c
+
+
+def test_typical_finds_a_novel_concept_profile_better_than_the_leaf_score():
+    """Near-binary concepts (the synthetic world's shape, beyond the paper): a novel class is a new
+    profile 3 attributes from its nearest seen class; a seen image flips an attribute now and then."""
+    rng = np.random.default_rng(0)
+    seen = rng.integers(0, 2, size=(8, 16))
+    novel = seen[:2].copy()
+    novel[:, :3] = 1 - novel[:, :3]
+    X, y = _flipped_profiles(rng, seen, 1600, 0.03)
+    clf = FERLClassifier("deep", random_state=0).fit(X, y)
+    X_id, _ = _flipped_profiles(rng, seen, 400, 0.03)
+    X_ood, _ = _flipped_profiles(rng, novel, 400, 0.03)
+    auroc = {k: ood_auroc(clf.ood_score(X_id, k), clf.ood_score(X_ood, k)) for k in ("leaf", "typical")}
+    assert auroc["typical"] > auroc["leaf"]
+    assert auroc["typical"] > 0.9
+
+
+def test_novelty_score_refuses_the_prototype_kinds(wine_deep, wine):
+    _, X_te, _, _ = wine
+    novelty = analyse(wine_deep.tree_, wine_deep.leaf_gaussians_, X_te,
+                      wine_deep.tree_.sparse_firing(X_te, True, wine_deep._gate_margin()))
+    with pytest.raises(ValueError, match="rule prototypes.*ood_score"):
+        novelty.score("typical")
+
+
+def test_the_same_seed_gives_the_same_prototypes(wine):
+    X_tr, _, y_tr, _ = wine
+    a, b = (FERLClassifier("deep", random_state=3).fit(X_tr, y_tr) for _ in range(2))
+    np.testing.assert_array_equal(a.rule_prototypes_.index, b.rule_prototypes_.index)
+    np.testing.assert_array_equal(a.rule_prototypes_.reference, b.rule_prototypes_.reference)
+
+
+def test_save_load_keeps_the_prototypes(tmp_path, wine_deep, wine):
+    _, X_te, _, _ = wine
+    wine_deep.save(tmp_path / "m")
+    back = FERLClassifier.load(tmp_path / "m")
+    for kind in ("typical", "prototype"):
+        np.testing.assert_array_equal(back.ood_score(X_te + 0.3, kind), wine_deep.ood_score(X_te + 0.3, kind))
+
+
+def _resaved(tmp_path, model, edit):
+    model.save(tmp_path / "m")
+    meta, arrays = persist.read_model(tmp_path / "m")
+    edit(arrays)
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    persist.write_model(tmp_path / "edited", meta, arrays)
+    return tmp_path / "edited"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a.pop("prototype_index"), r"lacks the rule prototype arrays \['prototype_index'\].*refit"),
+    (lambda a: a.__setitem__("prototype_index", a["prototype_index"][::-1].copy()), "prototype index"),
+    (lambda a: a.__setitem__("prototype_index", a["prototype_index"] + 10_000), "prototype index"),
+    (lambda a: a.__setitem__("prototype_reference", a["prototype_reference"][:, ::-1].copy()),
+     "prototype reference"),
+    (lambda a: a["prototype_reference"].__setitem__((0, 0), np.nan), "prototype reference"),
+])
+def test_loading_refuses_missing_or_edited_prototypes(tmp_path, wine_deep, edit, message):
+    with pytest.raises(ValueError, match=message):
+        FERLClassifier.load(_resaved(tmp_path, wine_deep, edit))
