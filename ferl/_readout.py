@@ -169,7 +169,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         fired = tree.sparse_firing(rows, gates, margin, scratch)
         leaf_nll = None
         if novelty:
-            parts_n.append(analyse(tree, leaves, rows, fired))
+            parts_n.append(analyse(tree, leaves, rows, fired, prototypes))
             leaf_nll = parts_n[-1].leaf_nll
         if score in TOTAL_KINDS or score == "typical":
             values, nll = score_totals(tree, leaves, rows, fired, "leaf" if score == "typical" else score,

@@ -85,7 +85,7 @@ class ReadoutMixin:
         """
         return self.evidence(X).credal_set
 
-    def credal_readout(self, X, kind: str = "leaf") -> CredalReadout:
+    def credal_readout(self, X, kind: str = "typical") -> CredalReadout:
         """The credal set, the evidence and the OOD score of ``X`` from one firing pass.
 
         Equal to ``predict_set(X)``, ``evidence(X)`` and ``ood_score(X, kind)`` (the same floats),
@@ -105,7 +105,7 @@ class ReadoutMixin:
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in_)
-        kind : str, default="leaf"
+        kind : str, default="typical"
             The OOD score's kind, one of `ferl.novelty.OOD_KINDS` (see `ood_score`).
 
         Returns
@@ -138,16 +138,19 @@ class ReadoutMixin:
         feature, ndarray of shape (n_samples, n_features_in_), >= 0. See `ferl.novelty.Novelty`."""
         return self._novelty(self._check_X(X)).feature_anomaly
 
-    def ood_score(self, X, kind: str = "leaf") -> np.ndarray:
+    def ood_score(self, X, kind: str = "typical") -> np.ndarray:
         """OOD score, ndarray of shape (n_samples,), finite; higher means more novel.
 
-        ``kind``: "leaf" (default: the leaf Gaussians' negative log-likelihood per feature plus
+        ``kind``: "typical" (default: the tails of the "leaf" score and of the prototype distance
+        among the training rows' in-sample scores, summed by Fisher's method, `ferl.prototypes`),
+        "prototype" (L1 distance to the nearest rule prototype, in training standard deviations),
+        "leaf" (the leaf Gaussians' negative log-likelihood per feature plus
         ``LEAF_RESIDUAL`` times the paper's residual plus ``log(1 + eps) - log(eps + firing)``),
-        "nll" (the same with half the residual: the former default), "combined" (``residual / 2`` plus that
+        "nll" (the same with half the residual), "combined" (``residual / 2`` plus that
         firing term), "residual" (the paper's free-feature Mahalanobis average, eq. 3), "ignorance"
         (m(Theta) of `evidence`, so discounted when `novelty_discount`) or "firing" (1 - total
         leaf firing); formulas in `ferl.novelty.Novelty.score`, computed without their per-feature
-        split (`ferl._ood_score`). ValueError for another kind.
+        split (`ferl._ood_score`, `ferl.prototypes`). ValueError for another kind.
         """
         return self._read(self._check_X(X), evidence=False, score=_kind(kind)).score
 

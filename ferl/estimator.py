@@ -301,7 +301,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         X = self._check_X(one_sample(x))
         fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
         phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
-        novelty = analyse(self.tree_, self.leaf_gaussians_, X, fired)
+        novelty = analyse(self.tree_, self.leaf_gaussians_, X, fired, self.rule_prototypes_)
         reliability = self._reliability(X, fired, novelty.leaf_nll)
         radius = certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
         ranked = novelty.ranked(self.feature_names_, top_k)[0]

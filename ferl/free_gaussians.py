@@ -11,7 +11,8 @@ from numba import njit
 from ferl._firing import Firing
 from ferl._tree import FuzzyTree
 
-__all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians", "weighted_moments"]
+__all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians", "free_gaussians",
+           "weighted_moments"]
 
 #: Variance floor of the free-feature Gaussians, as a fraction of the feature's training variance
 #: (a feature constant over the whole training set uses 1 instead of its variance): a feature
@@ -150,3 +151,18 @@ def check_variances(tree: FuzzyTree, feature_range: np.ndarray, feature_names) -
             f"(it must be finite and at least {MIN_VARIANCE:.3g} for finite novelty scores); rescale X "
             f"(e.g. standardise it) before fitting"
         )
+
+
+def free_gaussians(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Free-feature means and inverse standard deviations floored at `VAR_FLOOR` times the root's variance
+    (n_nodes, d; 0 at path features), the free mask (n_nodes, d) and count per node (kept on the tree)."""
+    return tree.derived("free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
+
+
+def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    free = ~np.isnan(tree.free_var)
+    root_var = tree.free_var[0]
+    floor = np.maximum(VAR_FLOOR * np.where(root_var > 0, root_var, 1.0), np.finfo(np.float64).tiny)
+    var = np.maximum(np.where(free, tree.free_var, 1.0), floor)
+    inv_sd = np.where(free, 1.0 / np.sqrt(var), 0.0)
+    return np.where(free, tree.free_mean, 0.0), inv_sd, free, free.sum(axis=1).astype(np.int64)

@@ -21,31 +21,28 @@ The residual averages over **all** nodes weighted by the firing ``phi0_o(x)`` wi
 (defined far off the support too); on 10 KEEL sets (leave-one-class-out, 3 seeds, FERL-deep) it
 reached a mean AUROC of 0.762 where a leaves-only version reached 0.741.
 
-**The default score, ``leaf``** = ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps +
-firing(x))``: the leaf Gaussians' negative log-likelihood per feature, a quarter of the paper's
-free-feature residual, and the negative log of the routing mass that reaches the leaves (geometric
-novelty), in nats. The weight of ``R`` was chosen, with the pooled leaf covariances of
-`ferl.typicality`, by leave-one-class-out on the *calibration* parts of the tabular benchmark's
-folds (never the test folds: ``python scripts/bench_novelty.py --datasets multiclass --seeds
-0,1,2,3,4 --studies select``, 14 multiclass KEEL sets x 5 folds, up to 4 held-out classes each,
-FERL-deep) and on the synthetic open world (12 folds, ``scripts/bench_openworld_novelty.py``);
-mean AUROC (KEEL std, worst set) for ``R`` weights 1/2 (``nll``) / 1/4 / 1/8 / 0: KEEL 83.4 (11.6,
-57.8) / **83.6** (12.0, 57.5) / 83.5 (12.4, 57.0) / 83.3 (12.9, 56.9), kNN 80.5; synthetic 89.88 /
-89.89 / 89.90 / 89.70 (every class held out on all 5 KEEL folds: 83.62 / **83.87** / 83.85 /
-83.63). Real concept vectors, measured after the choice (CUB-50, frozen EfficientNet-Lite0, 15
-folds; kNN 68.9): 66.7 / 67.7 / 68.4 / 69.2. Without ``R`` the leaf term loses most on correlated
-pixels (satimage 80.6 -> 76.0) and yeast; with half of it, on real concepts, where the
-diagonal residual adds the detector's noise. The former default ``nll`` (weight 1/2) was chosen the
-same way with the tree-chain leaf covariances: ``T / d + R / 2`` 82.4 (11.9, 58.7), ``T`` alone 81.6,
-kNN 78.7, ``R`` alone 77.4 (3 folds, up to 4 held-out classes each). Scaling the two terms by their
-cross-fitted training spreads instead of per feature ranked 0.6 lower; a Gaussian-mixture density
-over the leaves ranked within 0.5 (and +0.6 on 7 synthetic folds) but is not a sum over the rules
-the input reaches.
+**The default score, ``typical``** (`ferl.prototypes`): the tails of the ``leaf`` score and of the
+distance to the nearest rule prototype among the training rows' scores, summed by Fisher's method.
+
+**``leaf``** = ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps + firing(x))``, nats: the leaf
+Gaussians' negative log-likelihood per feature, a quarter of the paper's residual and the negative
+log of the routing mass that reaches the leaves (geometric novelty). The weight of ``R`` was chosen
+by leave-one-class-out on the *calibration* parts of the tabular benchmark's folds (never the test
+folds: ``python scripts/bench_novelty.py --datasets multiclass --seeds 0,1,2,3,4 --studies
+select``, 14 multiclass KEEL sets x 5 folds, up to 4 held-out classes each, FERL-deep) and on the
+synthetic open world (12 folds, ``scripts/bench_openworld_novelty.py``); mean AUROC (KEEL std,
+worst set) for ``R`` weights 1/2 (``nll``) / 1/4 / 1/8 / 0: KEEL 83.4 (11.6, 57.8) / **83.6** (12.0,
+57.5) / 83.5 (12.4, 57.0) / 83.3 (12.9, 56.9), kNN 80.5; synthetic 89.88 / 89.89 / 89.90 / 89.70.
+CUB-50 (frozen EfficientNet-Lite0, 15 folds, kNN 68.9), measured after: 66.7 / 67.7 / 68.4 / 69.2.
+Without ``R`` the leaf term loses most on correlated pixels (satimage 80.6 -> 76.0) and yeast. The
+former default ``nll`` was chosen the same way with the tree-chain leaf covariances (``T / d + R /
+2`` 82.4, ``T`` alone 81.6, kNN 78.7, ``R`` alone 77.4). Scaling the two terms by their cross-fitted
+training spreads ranked 0.6 lower; a Gaussian-mixture density over the leaves within 0.5.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -53,7 +50,14 @@ from numba import njit
 
 from ferl._firing import Firing
 from ferl._tree import FuzzyTree
-from ferl.free_gaussians import MIN_VARIANCE, VAR_FLOOR, check_variances, fit_free_gaussians
+from ferl.free_gaussians import (
+    MIN_VARIANCE,
+    VAR_FLOOR,
+    check_variances,
+    fit_free_gaussians,
+    free_gaussians,
+)
+from ferl.prototypes import PROTOTYPE_KINDS, RulePrototypes, prototype_feature_scores, prototype_terms
 from ferl.typicality import Z_MAX, LeafGaussians, leaf_terms, standardise
 
 __all__ = [
@@ -78,10 +82,10 @@ FIRING_EPS = 1e-3
 #: Depth of the deepest nodes whose free-feature scores apportion the leaf term of the ``"nll"``
 #: score over the features (`Novelty.feature_scores`: how it was chosen).
 NAMING_DEPTH = 2
-#: Kinds of ``ood_score``, the default first; `Novelty.score` computes all but `ferl.prototypes`'.
-OOD_KINDS = ("leaf", "nll", "combined", "residual", "ignorance", "firing", "typical", "prototype")
+#: Kinds of ``ood_score`` and `Novelty.score`, the default first.
+OOD_KINDS = ("typical", "leaf", "nll", "combined", "residual", "ignorance", "firing", "prototype")
 #: Kinds whose score `Novelty.feature_scores` splits over the features.
-DECOMPOSED_KINDS = ("leaf", "nll", "combined", "residual")
+DECOMPOSED_KINDS = ("typical", "leaf", "nll", "combined", "residual", "prototype")
 #: Weight of the free-feature residual ``R`` in the ``"leaf"`` score (module docstring: how chosen).
 LEAF_RESIDUAL = 0.25
 #: Weight of the residual ``R`` in each kind that holds it.
@@ -98,8 +102,8 @@ class AnomalousFeature(NamedTuple):
     name : str
         Feature name.
     score : float
-        The feature's part of the default ``leaf`` score, in nats, ``>= 0`` (`Novelty.feature_scores`);
-        the parts of all features sum to the score.
+        The feature's part of the default ``typical`` score, in nats, ``>= 0``
+        (`Novelty.feature_scores`); the parts of all features sum to the score.
     feature : int
         Column index.
     routing_loss : float
@@ -183,21 +187,6 @@ def _routing_loss(start, count, rows, lost, feature, n, d):
     return loss, total
 
 
-def free_gaussians(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Free-feature means and inverse standard deviations floored at `VAR_FLOOR` times the root's variance
-    (n_nodes, d; 0 at path features), the free mask (n_nodes, d) and count per node (kept on the tree)."""
-    return tree.derived("free_gaussians", (tree.free_mean, tree.free_var), lambda: _inverse_sd(tree))
-
-
-def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    free = ~np.isnan(tree.free_var)
-    root_var = tree.free_var[0]
-    floor = np.maximum(VAR_FLOOR * np.where(root_var > 0, root_var, 1.0), np.finfo(np.float64).tiny)
-    var = np.maximum(np.where(free, tree.free_var, 1.0), floor)
-    inv_sd = np.where(free, 1.0 / np.sqrt(var), 0.0)
-    return np.where(free, tree.free_mean, 0.0), inv_sd, free, free.sum(axis=1).astype(np.int64)
-
-
 @dataclass(frozen=True)
 class Novelty:
     """Novelty read-out of a batch of inputs (build it with `analyse`).
@@ -228,6 +217,10 @@ class Novelty:
         ``1 - sum_o phi_o (1 - gamma_o)`` so that it is exactly 1 where no gate is active.
     leaf_nll : ndarray of shape (n_samples, n_leaves), float64 >= 0
         ``nll_l(x)`` of every leaf the input reaches with the gates off (0 elsewhere).
+    prototype : ndarray of shape (n_samples, n_features) or (n_samples, 0), float64 >= 0
+        ``|u_f - mu_lf|`` at the nearest rule prototype ``l`` (`ferl.prototypes`; sums to ``D``).
+    tails : ndarray of shape (n_samples, 2) or (n_samples, 0), float64 >= 0
+        ``(t_leaf, t_D)`` of the ``"typical"`` score (`ferl.prototypes`).
     """
 
     routing_loss: np.ndarray
@@ -238,6 +231,8 @@ class Novelty:
     spread: np.ndarray
     firing: np.ndarray
     leaf_nll: np.ndarray
+    prototype: np.ndarray
+    tails: np.ndarray
 
     @property
     def residual(self) -> np.ndarray:
@@ -247,10 +242,11 @@ class Novelty:
     def _firing_term(self) -> np.ndarray:
         return np.log1p(FIRING_EPS) - np.log(FIRING_EPS + self.firing)
 
-    def score(self, kind: str = "leaf", ignorance: np.ndarray | None = None) -> np.ndarray:
+    def score(self, kind: str = "typical", ignorance: np.ndarray | None = None) -> np.ndarray:
         """OOD score of kind ``kind``, shape (n_samples,); higher means more novel.
 
-        * ``"leaf"`` (default): ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps +
+        * ``"typical"`` (default): ``t_leaf + t_D`` (`ferl.prototypes`); ``"prototype"``: ``D(x)``.
+        * ``"leaf"``: ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps +
           firing(x))``, eps = `FIRING_EPS`, ``d`` the number of features: the leaf Gaussians'
           negative log-likelihood per feature, a share of the paper's residual and the negative log
           of the routing mass reaching the leaves, in nats, ``>= 0`` (module docstring: how chosen).
@@ -263,7 +259,8 @@ class Novelty:
         Raises
         ------
         ValueError
-            Unknown kind, ``"ignorance"`` without ``ignorance``, or a kind of `ferl.prototypes`.
+            Unknown kind, ``"ignorance"`` without ``ignorance``, or a kind of `ferl.prototypes` of
+            a read-out analysed without the prototypes.
         """
         if kind in DECOMPOSED_KINDS:
             return self.feature_scores(kind).sum(axis=1)
@@ -273,15 +270,14 @@ class Novelty:
             if ignorance is None:
                 raise ValueError('kind="ignorance" needs the ignorance masses')
             return np.asarray(ignorance, dtype=np.float64).copy()
-        if kind in OOD_KINDS:
-            raise ValueError(f"kind {kind!r} needs the rule prototypes: use the estimator's ood_score")
         raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
 
-    def feature_scores(self, kind: str = "leaf") -> np.ndarray:
+    def feature_scores(self, kind: str = "typical") -> np.ndarray:
         """Score of kind ``kind`` split over the features, shape (n_samples, n_features), ``>= 0``.
 
         Rows sum to `score` (``kind``) exactly (up to round-off):
 
+        * ``"typical"`` (default), ``"prototype"``: `ferl.prototypes.prototype_feature_scores`;
         * ``"residual"``: ``residual_share``;
         * ``"combined"``: ``residual_share / 2 + L_f / (1 - firing) * F`` with ``F`` the firing
           term: each feature's share, by its routing loss (eq. 8), of the geometric term (zero
@@ -289,23 +285,24 @@ class Novelty:
         * ``"leaf"``: as ``"nll"`` with ``LEAF_RESIDUAL residual_share`` for ``residual_share / 2``;
         * ``"nll"``: the ``"combined"`` parts plus the leaf term ``T / d`` shared out in proportion
           to ``naming_share`` (where it is 0: ``(deviation + spread) / d``). Chosen by precision@3 of
-          the top-3 features against each held-out image's anomalous concepts (FERL-deep, entropy
-          trees) on the open world's detector concept tables (``scripts/bench_openworld_novelty.py``,
-          seed 0 folds 0-1) / on 20 simulated folds (the synthetic world of ``tests/cbm/openworld``,
-          world seeds 0-1 x 5 folds, concept noise 0.08 and 0.2); ``T / d`` shared like the residual
-          over: all nodes (the former split) 58.9 / 75.7, depth <= 2 (`NAMING_DEPTH`) 66.3 / 79.8,
-          <= 3 65.3 / 79.9, the root 63.0 / 80.4, all nodes weighted by their training support
-          64.8 / 77.5; the whitened split ``(deviation + spread) / d`` 54.2 / -. The deep nodes name
-          below chance (29.9 from depth >= 10 alone, chance 36.0): a held-out class differs from its
-          neighbours in features the tree split on, which are not free below the split.
+          the top-3 features against each held-out image's anomalous concepts (FERL-deep) on the
+          open world's detector concept tables (seed 0 folds 0-1) / 20 simulated folds: ``T / d``
+          shared like the residual over all nodes 58.9 / 75.7, depth <= 2 (`NAMING_DEPTH`) 66.3 /
+          79.8, <= 3 65.3 / 79.9, the root 63.0 / 80.4; ``(deviation + spread) / d`` 54.2 / -. The
+          deep nodes name below chance (29.9 from depth >= 10, chance 36.0): a held-out class differs
+          from its neighbours in features split on above them.
 
         Raises
         ------
         ValueError
-            ``kind`` not in ``("leaf", "nll", "combined", "residual")``.
+            ``kind`` not in `DECOMPOSED_KINDS`, or a kind of `ferl.prototypes` without them.
         """
         if kind not in DECOMPOSED_KINDS:
             raise ValueError(f"feature scores exist for the kinds {list(DECOMPOSED_KINDS)}, not {kind!r}")
+        if kind in PROTOTYPE_KINDS:
+            if self.tails.shape[1] != 2:
+                raise ValueError(f"kind {kind!r} needs the rule prototypes: analyse(..., prototypes)")
+            return prototype_feature_scores(kind, self.feature_scores("leaf"), self.prototype, self.tails)
         if kind == "residual":
             return self.residual_share.copy()
         lost = self.routing_loss.sum(axis=1)
@@ -321,7 +318,7 @@ class Novelty:
 
     def ranked(self, feature_names, top_k: int | None = 5) -> list[list[AnomalousFeature]]:
         """The ``top_k`` most anomalous features of each sample, by `feature_scores` (the default
-        kind, ``"leaf"``), highest first.
+        kind, ``"typical"``), highest first.
 
         Parameters
         ----------
@@ -355,7 +352,8 @@ class Novelty:
         ]
 
 
-def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firing) -> Novelty:
+def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firing,
+            prototypes: RulePrototypes | None = None) -> Novelty:
     """Compute the `Novelty` read-out of validated inputs from their firings.
 
     Parameters
@@ -369,6 +367,9 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
         The sparse firings of ``X`` (`FuzzyTree.sparse_firing`), gates as configured: the routing
         loss and the firing use the gated ``phi`` and ``lost``, the Gaussian scores always weight
         nodes by the ungated ``phi0``.
+    prototypes : RulePrototypes, optional
+        The tree's rule prototypes (`ferl.prototypes`): without them ``prototype`` and ``tails``
+        have no columns, and the kinds of `ferl.prototypes` raise.
 
     Returns
     -------
@@ -391,4 +392,9 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
                                           inv_sd, free, n_free, shallow)
     phi0 = firing.dense(firing.phi0)[:, leaves.leaves]
     deviation, spread, leaf_nll = leaf_terms(leaves, standardise(X, leaves.center, leaves.scale), phi0)
-    return Novelty(loss, anomaly, share, naming, deviation, spread, np.maximum(1.0 - lost, 0.0), leaf_nll)
+    novelty = Novelty(loss, anomaly, share, naming, deviation, spread, np.maximum(1.0 - lost, 0.0),
+                      leaf_nll, np.zeros((n, 0)), np.zeros((n, 0)))
+    if prototypes is None:
+        return novelty
+    parts, tails = prototype_terms(X, leaves, prototypes, novelty.score("leaf"))
+    return replace(novelty, prototype=parts, tails=tails)

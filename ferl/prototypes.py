@@ -48,17 +48,21 @@ import numpy as np
 from numba import njit
 
 from ferl._firing import Firing
-from ferl.typicality import LeafGaussians, standardise
+from ferl.typicality import Z_MAX, LeafGaussians
 
 __all__ = ["MIN_SUPPORT", "REFERENCE_ROWS", "PROTOTYPE_KINDS", "RulePrototypes", "fit_rule_prototypes",
            "fit_prototype_support", "nearest_prototype", "prototype_distance", "prototype_kind",
-           "tail_nats", "reference_rows"]
+           "prototype_terms", "prototype_feature_scores", "tail_nats", "reference_rows"]
 
 #: Soft count of training rows (ungated firing) a leaf needs to be a prototype.
 MIN_SUPPORT = 5.0
 #: At most this many training rows (evenly spaced over the rows of positive weight) give the
 #: reference scores of ``"typical"``.
 REFERENCE_ROWS = 4096
+#: Relative tolerance of `tail_nats`' comparison with the reference scores.
+ROUND_OFF = 1e-9
+#: Standardised inputs are clipped to this for the float32 search of the nearest prototype.
+F32_MAX = 1e30
 #: The OOD kinds this module computes.
 PROTOTYPE_KINDS = ("typical", "prototype")
 
@@ -133,29 +137,45 @@ def fit_prototype_support(leaves: LeafGaussians, fired: Firing, sample_weight: n
     return index if index.size else np.array([int(np.argmax(support))], dtype=np.int64)
 
 
-@njit(cache=True)
-def _nearest(U, centres):
-    n, k = U.shape[0], centres.shape[0]
-    best = np.empty(n)
-    arg = np.zeros(n, dtype=np.int64)
+@njit(cache=True, fastmath={"nsz", "contract"})
+def _nearest(X, center, scale, centres_t, centres, parts):
+    """Nearest column of ``centres_t`` (d, k, float32) in L1 to each standardised row of ``X``, and
+    the float64 parts ``|u_f - centres[j, f]|`` at it (written to ``parts``, n x d). One pass per
+    row: standardise it, sum over the prototypes in the inner loop (`_accumulate`, vectorised; a
+    loop over the features with an early exit per prototype was 3-7x slower at d = 10 and 112),
+    and no temporaries of the batch's size."""
+    n, d, k = X.shape[0], X.shape[1], centres_t.shape[1]
+    nearest = np.zeros(n, dtype=np.int64)
+    u = np.empty(d)
+    acc = np.empty(k, dtype=np.float32)
     for i in range(n):
-        b = np.inf
-        for j in range(k):
-            s = 0.0
-            for f in range(U.shape[1]):
-                s += abs(U[i, f] - centres[j, f])
-                if s >= b:  # partial distance: this prototype cannot be the nearest
-                    break
-            if s < b:
-                b = s
-                arg[i] = j
-        best[i] = b
-    return best, arg
+        for f in range(d):
+            u[f] = min(max((X[i, f] - center[f]) / scale[f], -Z_MAX), Z_MAX)
+        _accumulate(u, centres_t, acc)
+        for j in range(1, k):
+            if acc[j] < acc[nearest[i]]:
+                nearest[i] = j
+        for f in range(d):
+            parts[i, f] = min(abs(u[f] - centres[nearest[i], f]), np.finfo(np.float64).max)
+    return nearest
 
 
-def nearest_prototype(X: np.ndarray, leaves: LeafGaussians,
-                      prototypes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Prototype distance ``D(x)`` and the nearest prototype of each input.
+@njit(cache=True, fastmath={"reassoc", "nsz", "contract"})
+def _accumulate(u, centres_t, acc):
+    acc[:] = 0.0
+    for f in range(u.size):
+        v = np.float32(min(max(u[f], -F32_MAX), F32_MAX))
+        for j in range(acc.size):
+            acc[j] += abs(v - centres_t[f, j])
+
+
+def prototype_distance(X: np.ndarray, leaves: LeafGaussians,
+                       prototypes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature parts of the prototype distance ``D(x)`` and the nearest prototype of each input.
+
+    The search runs in float32 (inputs clipped to ``+-F32_MAX`` standard deviations), the parts
+    at the prototype it finds in float64: ``D`` is exact for that prototype, which is the nearest
+    up to float32 round-off (about 1e-7 of ``D``).
 
     Parameters
     ----------
@@ -166,31 +186,25 @@ def nearest_prototype(X: np.ndarray, leaves: LeafGaussians,
 
     Returns
     -------
-    distance : ndarray of shape (n_samples,), float64 >= 0, finite
-        L1 distance in training standard deviations (the standardised inputs are clipped as in
-        `ferl.typicality.standardise`).
+    parts : ndarray of shape (n_samples, n_features), float64 >= 0, finite
+        ``|u_f - mu_lf|`` at the nearest prototype ``l``, in training standard deviations (the
+        standardised inputs clipped as in `ferl.typicality.standardise`); rows sum to ``D``.
     nearest : ndarray of shape (n_samples,), int64
         Position into ``prototypes`` of the nearest one (the first on ties).
     """
-    U = np.ascontiguousarray(standardise(X, leaves.center, leaves.scale))
     centres = np.ascontiguousarray(leaves.mean[prototypes])
-    with np.errstate(over="ignore"):
-        distance, nearest = _nearest(U, centres)
-    return np.minimum(distance, np.finfo(np.float64).max), nearest
+    parts = np.empty(X.shape)
+    nearest = _nearest(np.ascontiguousarray(X, dtype=np.float64), leaves.center, leaves.scale,
+                       np.ascontiguousarray(centres.T, dtype=np.float32), centres, parts)
+    return parts, nearest
 
 
-def prototype_distance(X: np.ndarray, leaves: LeafGaussians, prototypes: np.ndarray) -> np.ndarray:
-    """Per-feature parts ``|u_f - mu_lf|`` of ``D(x)`` at the nearest prototype ``l``.
-
-    Returns
-    -------
-    ndarray of shape (n_samples, n_features), float64 >= 0
-        Rows sum to `nearest_prototype`'s distance (up to round-off).
-    """
-    _, nearest = nearest_prototype(X, leaves, prototypes)
-    U = standardise(X, leaves.center, leaves.scale)
-    with np.errstate(over="ignore"):
-        return np.minimum(np.abs(U - leaves.mean[prototypes][nearest]), np.finfo(np.float64).max)
+def nearest_prototype(X: np.ndarray, leaves: LeafGaussians,
+                      prototypes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prototype distance ``D(x)``, ndarray (n_samples,) float64 >= 0 finite, and the nearest
+    prototype of each input (`prototype_distance`)."""
+    parts, nearest = prototype_distance(X, leaves, prototypes)
+    return np.minimum(parts.sum(axis=1), np.finfo(np.float64).max), nearest
 
 
 def reference_rows(sample_weight: np.ndarray) -> np.ndarray:
@@ -212,17 +226,48 @@ def tail_nats(reference: np.ndarray, scores: np.ndarray) -> np.ndarray:
     Returns
     -------
     ndarray of shape (n,), float64 >= 0, finite for finite scores
-        ``-log((1 + #{ref >= s}) / (m + 1))``, plus ``log(1 + (s - ref[-1]) / lambda)`` above the
-        largest reference score (``lambda = ref[-1] - median(ref)``; 1 when that is 0).
+        ``-log((1 + #{ref >= s (1 - 1e-9)}) / (m + 1))`` (`ROUND_OFF`), plus
+        ``log(1 + (s - ref[-1]) / lambda)`` above the largest reference score
+        (``lambda = ref[-1] - median(ref)``; 1 when that is 0).
     """
-    m = reference.size
-    ge = m - np.searchsorted(reference, scores, side="left")
-    nats = np.log(m + 1.0) - np.log1p(ge)
     lam = float(reference[-1] - np.median(reference)) or 1.0
-    beyond = scores > reference[-1]
-    with np.errstate(over="ignore"):
-        nats[beyond] += np.log1p(np.minimum((scores[beyond] - reference[-1]) / lam, np.finfo(np.float64).max))
-    return np.minimum(nats, np.finfo(np.float64).max)
+    return _tail(np.ascontiguousarray(reference, dtype=np.float64),
+                 np.ascontiguousarray(scores, dtype=np.float64), lam)
+
+
+@njit(cache=True)
+def _tail(reference, scores, lam):
+    m, low, top, big = reference.size, reference[0], reference[-1], np.finfo(np.float64).max
+    # the first reference at or above each of m equal cells of [low, top], so that finding a
+    # score's place scans a cell instead of bisecting (a binary search cost 8 ms per 10^5 scores)
+    width = (top - low) / m if top > low else 1.0
+    first = np.empty(m + 1, dtype=np.int64)
+    at = 0
+    for c in range(m + 1):
+        while at < m and reference[at] < low + c * width:
+            at += 1
+        first[c] = at
+    out = np.empty(scores.size)
+    for i in range(scores.size):
+        s = scores[i]
+        # a reference score counts from a relative 1e-9 below it, so that a training row read out
+        # by another path (sums in another order) finds itself in the reference
+        t = s - ROUND_OFF * max(abs(s), 1.0)
+        if t <= low:
+            at = 0
+        elif t > top:
+            at = m
+        else:
+            at = first[min(int((t - low) / width), m)]
+            while at > 0 and reference[at - 1] >= t:
+                at -= 1
+            while at < m and reference[at] < t:
+                at += 1
+        nats = np.log((m + 1.0) / (m - at + 1.0))
+        if s > top:
+            nats += np.log1p(min((s - top) / lam, big))
+        out[i] = min(nats, big)
+    return out
 
 
 def prototype_kind(kind: str, X: np.ndarray, leaves: LeafGaussians, prototypes: RulePrototypes,
@@ -249,3 +294,40 @@ def prototype_kind(kind: str, X: np.ndarray, leaves: LeafGaussians, prototypes: 
     leaf_ref, distance_ref = prototypes.reference
     return np.minimum(tail_nats(leaf_ref, leaf_score) + tail_nats(distance_ref, distance),
                       np.finfo(np.float64).max)
+
+
+def prototype_terms(X: np.ndarray, leaves: LeafGaussians, prototypes: RulePrototypes,
+                    leaf_score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature prototype deviations and the two tails of ``"typical"`` (`ferl.novelty.analyse`).
+
+    Returns
+    -------
+    parts : ndarray of shape (n_samples, n_features), float64 >= 0
+        `prototype_distance`: rows sum to ``D(x)``.
+    tails : ndarray of shape (n_samples, 2), float64 >= 0
+        ``(t_leaf, t_D)``: `tail_nats` of ``leaf_score`` and of ``D(x)``.
+    """
+    parts = prototype_distance(X, leaves, prototypes.index)[0]
+    leaf_ref, distance_ref = prototypes.reference
+    tails = np.stack([tail_nats(leaf_ref, leaf_score), tail_nats(distance_ref, parts.sum(axis=1))], axis=1)
+    return parts, tails
+
+
+def prototype_feature_scores(kind: str, leaf_parts: np.ndarray, parts: np.ndarray,
+                             tails: np.ndarray) -> np.ndarray:
+    """A score of `PROTOTYPE_KINDS` split over the features, shape (n_samples, n_features), ``>= 0``.
+
+    ``"prototype"``: ``parts``. ``"typical"``: ``t_leaf`` shared out like the ``"leaf"`` score
+    (``leaf_parts``, `ferl.novelty.Novelty.feature_scores`) plus ``t_D`` shared out like ``D``
+    (``parts``); rows sum to ``t_leaf + t_D`` (a zero score has zero tail: nothing is lost).
+    Measured on the synthetic open world (precision@3 of the top-3 attributes of held-out images,
+    11 folds, the protocol of ``scripts/bench_openworld_novelty.py``): ``"leaf"`` parts 65.7, these
+    72.9, ``D``'s parts alone 75.5 (but ``"typical"`` must be split as it sums).
+    """
+    if kind == "prototype":
+        return parts.copy()
+    shares = []
+    for whole in (leaf_parts, parts):
+        total = whole.sum(axis=1, keepdims=True)
+        shares.append(np.divide(whole, total, out=np.zeros_like(whole), where=total > 0))
+    return tails[:, :1] * shares[0] + tails[:, 1:] * shares[1]

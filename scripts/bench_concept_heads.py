@@ -79,7 +79,7 @@ def openworld_fold(fold: Path) -> None:
         head.fit(X["train_crossfit"], classes[t["train_crossfit"].y], names)
         acc = 100 * np.mean(head.predict(X["test"]) == classes[t["test"].y])
         line = f"{settings:<9} test accuracy {acc:5.1f}  AUROC"
-        for kind in ("leaf", "nll", "residual", "combined", "ignorance", "firing"):
+        for kind in ("typical", "leaf", "prototype", "nll", "residual", "combined", "ignorance", "firing"):
             a, b = head.model_.ood_score(X["test"], kind), head.model_.ood_score(X["novel"], kind)
             auroc = roc_auc_score(np.r_[np.zeros(a.size), np.ones(b.size)], np.r_[a, b])
             line += f"  {kind} {100 * auroc:5.1f}"

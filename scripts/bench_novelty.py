@@ -182,7 +182,7 @@ def _per_held_class(X, y, fold, prefix, score):
 
 
 def _select_row(clf, X_fit, X_id, X_ood):
-    kinds = ("leaf", "nll", "combined", "residual")
+    kinds = ("typical", "leaf", "prototype", "nll", "combined", "residual")
     scores = {k: [clf.ood_score(Z, k) for Z in (X_id, X_ood)] for k in kinds}
     row = {k: ood_auroc(*s) for k, s in scores.items()}
     for w in RESIDUAL_WEIGHTS:  # T / d + w R + F: "nll" less (1/2 - w) R

@@ -102,7 +102,7 @@ class FERLHead(ConceptHead):
         """Interval-dominance credal sets, bool ndarray of shape (n, C); all True = abstention."""
         return self.model_.predict_set(self._check_X(X, concept_names))
 
-    def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "leaf",
+    def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "typical",
                           fitted_on: str = "val") -> dict:
         """Fit the novelty threshold that accepts ``accept`` of the in-distribution inputs ``X``.
 

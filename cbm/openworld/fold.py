@@ -70,8 +70,9 @@ __all__ = [
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
 #: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves;
 #: 5: ``train_concepts`` (the heads' training vectors: cross-fitted or in-sample), FERL heads with the
-#: novelty discount and the leaf-Gaussian ``nll`` score; 6: the ``leaf`` score, pooled leaf covariances.
-RESULT_VERSION = 6
+#: novelty discount and the leaf-Gaussian ``nll`` score; 6: the ``leaf`` score, pooled leaf covariances;
+#: 7: the ``typical`` and ``prototype`` scores (`ferl.prototypes`).
+RESULT_VERSION = 7
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 

@@ -27,8 +27,9 @@ class EvalSettings:
         FERL heads of :data:`cbm.heads.HEADS` (``ferl-compact`` / ``ferl-medium`` / ``ferl-deep``).
     ferl_kinds : tuple of str
         FERL OOD scores (``FERLClassifier.ood_score`` kinds); the first one is the headline
-        score of the examples (``leaf``: FERL's default, the leaf Gaussians' negative
-        log-likelihood, `ferl.novelty`; ``residual``: the paper's "native residual").
+        score of the examples (``typical``: FERL's default, the leaf Gaussians' score and the
+        distance to the nearest rule prototype combined, `ferl.prototypes`; ``residual``: the
+        paper's "native residual").
     baselines : tuple of str
         Keys of :data:`ferl.benchmarks.ood.DETECTORS`.
     accept : float in (0, 1)
@@ -43,7 +44,8 @@ class EvalSettings:
     """
 
     heads: tuple[str, ...] = ("ferl-deep",)
-    ferl_kinds: tuple[str, ...] = ("leaf", "nll", "residual", "combined", "ignorance", "firing")
+    ferl_kinds: tuple[str, ...] = ("typical", "leaf", "prototype", "nll", "residual", "combined",
+                                    "ignorance", "firing")
     baselines: tuple[str, ...] = ("mahalanobis", "knn", "iforest")
     accept: float = 0.95
     top_k: tuple[int, ...] = (1, 3, 5)

@@ -9,8 +9,9 @@ are OOD (the positive class). Scores grow with novelty.
 Dedicated detectors (same scaled features as FERL): class-conditional Mahalanobis distance with a
 shared Ledoit-Wolf covariance (Lee et al. 2018), distance to the k-th nearest training neighbour
 (k = 5, Sun et al. 2022) and Isolation Forest (Liu et al. 2008). FERL's own scores come from
-``FERLClassifier.ood_score(X, kind)`` for every kind of `FERL_OOD_KINDS` (the default ``leaf``
-first, then the former default ``nll`` and the paper's kinds), plus ``ignorance-discounted``: the
+``FERLClassifier.ood_score(X, kind)`` for every kind of `FERL_OOD_KINDS` (the default ``typical``
+first, then its two parts ``leaf`` and ``prototype``, the former default ``nll`` and the paper's
+kinds), plus ``ignorance-discounted``: the
 ignorance m(Theta) of the same fitted model with ``novelty_discount`` on. A model without
 ``ood_score`` is skipped and reported.
 """
@@ -38,7 +39,7 @@ __all__ = [
 
 #: FERL novelty kinds evaluated (``FERLClassifier.ood_score(X, kind=...)``); the discounted
 #: ignorance is added as ``"ignorance-discounted"``.
-FERL_OOD_KINDS = ("leaf", "nll", "combined", "residual", "ignorance", "firing")
+FERL_OOD_KINDS = ("typical", "leaf", "prototype", "nll", "combined", "residual", "ignorance", "firing")
 #: Name of the ignorance with ``novelty_discount`` on.
 DISCOUNTED = "ignorance-discounted"
 

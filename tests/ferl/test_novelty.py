@@ -15,6 +15,7 @@ from ferl._tree import support_gate
 from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.metrics import ood_auroc
 from ferl.novelty import FIRING_EPS, LEAF_RESIDUAL, NAMING_DEPTH, VAR_FLOOR
+from ferl.prototypes import tail_nats
 
 
 def _fit(variant, seed, n=300, d=5):
@@ -200,8 +201,10 @@ def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
     leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]
     np.testing.assert_allclose(wine_deep.ood_score(Z, "nll"), leaf + combined, rtol=1e-12)
     default = leaf + LEAF_RESIDUAL * residual + firing_term
-    np.testing.assert_allclose(wine_deep.ood_score(Z), default, rtol=1e-12)  # default: "leaf"
     np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), default, rtol=1e-12)
+    leaf_ref, distance_ref = wine_deep.rule_prototypes_.reference  # default: "typical"
+    typical = tail_nats(leaf_ref, default) + tail_nats(distance_ref, wine_deep.ood_score(Z, "prototype"))
+    np.testing.assert_allclose(wine_deep.ood_score(Z), typical, rtol=1e-12)
     assert (wine_deep.ood_score(Z) >= 0).all()
     assert wine_deep.ood_score(Z[-10:]).min() > np.median(wine_deep.ood_score(Z[:-10]))
     with pytest.raises(ValueError, match="unknown OOD score kind 'entropy'"):
@@ -217,7 +220,7 @@ def test_feature_scores_are_an_exact_decomposition_of_their_score(seed, variant,
     rng = np.random.default_rng(seed)
     Z = np.vstack([X[:30], X[30:60] + rng.normal(scale=scale * X.std(axis=0), size=(30, X.shape[1]))])
     nov = clf._novelty(Z)
-    for kind in ("leaf", "nll", "combined", "residual"):
+    for kind in ("typical", "leaf", "nll", "combined", "residual", "prototype"):
         parts = nov.feature_scores(kind)
         assert (parts >= 0).all()
         np.testing.assert_allclose(parts.sum(axis=1), clf.ood_score(Z, kind), rtol=1e-10, atol=1e-12)

@@ -18,9 +18,10 @@ def test_the_prototype_distance_is_the_l1_distance_to_the_nearest_supported_leaf
     U = standardise(X_te, leaves.center, leaves.scale)
     brute = np.abs(U[:, None, :] - leaves.mean[index][None]).sum(axis=2)
     distance, nearest = nearest_prototype(X_te, leaves, index)
-    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-12)
+    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-6)  # the search is float32
     np.testing.assert_array_equal(nearest, brute.argmin(axis=1))
-    np.testing.assert_allclose(prototype_distance(X_te, leaves, index).sum(axis=1), distance, rtol=1e-12)
+    np.testing.assert_allclose(distance, brute[np.arange(len(brute)), nearest], rtol=1e-12)
+    np.testing.assert_allclose(prototype_distance(X_te, leaves, index)[0].sum(axis=1), distance, rtol=1e-12)
     np.testing.assert_allclose(wine_deep.ood_score(X_te, "prototype"), distance, rtol=1e-12)
 
 
@@ -44,7 +45,8 @@ def test_tail_nats_counts_the_reference_scores_at_or_above():
     ref = np.array([1.0, 2.0, 3.0])
     got = tail_nats(ref, np.array([0.0, 2.0, 3.0]))
     np.testing.assert_allclose(got, [0.0, np.log(4 / 3), np.log(2)])
-    above = tail_nats(ref, np.array([3.0 + 1e-9, 4.0, 50.0]))
+    above = tail_nats(ref, np.array([3.0 + 1e-6, 4.0, 50.0]))
+    assert tail_nats(ref, np.array([3.0 * (1 + 1e-12)]))[0] == pytest.approx(np.log(2))  # round-off
     assert above[0] == pytest.approx(np.log(4))
     assert np.log(4) < above[1] < above[2] < np.inf  # keeps ranking above the largest reference
 
@@ -57,6 +59,10 @@ def test_tail_nats_is_finite_non_negative_and_non_decreasing(ref, scores):
     nats = tail_nats(ref, scores)
     assert np.isfinite(nats).all() and (nats >= 0).all()
     assert (np.diff(nats) >= -1e-12).all()
+    below = ref.size - np.searchsorted(ref, scores - 1e-9 * np.maximum(np.abs(scores), 1.0))
+    inside = scores <= ref[-1]
+    np.testing.assert_allclose(nats[inside], (np.log(ref.size + 1) - np.log1p(below))[inside],
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_typical_is_the_sum_of_the_two_tails(wine_deep, wine):
@@ -111,12 +117,35 @@ def test_typical_finds_a_novel_concept_profile_better_than_the_leaf_score():
     assert auroc["typical"] > 0.9
 
 
-def test_novelty_score_refuses_the_prototype_kinds(wine_deep, wine):
+def test_a_novelty_analysed_without_prototypes_refuses_their_kinds(wine_deep, wine):
     _, X_te, _, _ = wine
     novelty = analyse(wine_deep.tree_, wine_deep.leaf_gaussians_, X_te,
                       wine_deep.tree_.sparse_firing(X_te, True, wine_deep._gate_margin()))
-    with pytest.raises(ValueError, match="rule prototypes.*ood_score"):
-        novelty.score("typical")
+    for kind in ("typical", "prototype"):
+        with pytest.raises(ValueError, match="needs the rule prototypes"):
+            novelty.score(kind)
+
+
+def test_typical_splits_over_the_features_and_is_the_default(wine_deep, wine):
+    _, X_te, _, _ = wine
+    Z = np.vstack([X_te, X_te[:5] + 0.4])
+    novelty = wine_deep._novelty(Z)
+    typical = wine_deep.ood_score(Z)
+    np.testing.assert_allclose(typical, wine_deep.ood_score(Z, "typical"), rtol=0)
+    for kind in ("typical", "prototype"):
+        parts = novelty.feature_scores(kind)
+        assert (parts >= 0).all()
+        np.testing.assert_allclose(parts.sum(axis=1), wine_deep.ood_score(Z, kind), rtol=1e-9)
+    ranked = wine_deep.anomalous_features(Z, None)
+    np.testing.assert_allclose([sum(a.score for a in r) for r in ranked], typical, rtol=1e-9)
+    # t_D is shared out like the prototype deviations, t_leaf like the leaf score
+    parts = prototype_distance(Z, wine_deep.leaf_gaussians_, wine_deep.rule_prototypes_.index)[0]
+    leaf = novelty.feature_scores("leaf")
+    t_leaf, t_d = novelty.tails.T
+    assert (t_d > 0).sum() > len(Z) // 2
+    expected = (t_leaf[:, None] * leaf / leaf.sum(axis=1, keepdims=True)
+                + t_d[:, None] * parts / parts.sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(novelty.feature_scores("typical"), expected, rtol=1e-9, atol=1e-12)
 
 
 def test_the_same_seed_gives_the_same_prototypes(wine):
