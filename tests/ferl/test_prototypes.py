@@ -1,5 +1,7 @@
 """Rule prototypes (`ferl.prototypes`): the ``"prototype"`` distance and the ``"typical"`` score."""
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -183,3 +185,18 @@ def _resaved(tmp_path, model, edit):
 def test_loading_refuses_missing_or_edited_prototypes(tmp_path, wine_deep, edit, message):
     with pytest.raises(ValueError, match=message):
         FERLClassifier.load(_resaved(tmp_path, wine_deep, edit))
+
+
+def test_fitting_a_dataframe_gives_no_feature_name_warning(wine):
+    """The reference's in-sample "leaf" scores are read out from the validated ndarray: going
+    through ``ood_score`` warned that it lacked the DataFrame's feature names."""
+    pd = pytest.importorskip("pandas")
+    X_tr, _, y_tr, _ = wine
+    frame = pd.DataFrame(X_tr, columns=[f"c{i}" for i in range(X_tr.shape[1])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = FERLClassifier("compact", random_state=0).fit(frame, y_tr)
+        scores = clf.ood_score(frame)
+    plain = FERLClassifier("compact", random_state=0).fit(X_tr, y_tr)
+    np.testing.assert_array_equal(clf.rule_prototypes_.reference, plain.rule_prototypes_.reference)
+    np.testing.assert_array_equal(scores, plain.ood_score(X_tr))
