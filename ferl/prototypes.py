@@ -230,7 +230,8 @@ def tail_nats(reference: np.ndarray, scores: np.ndarray) -> np.ndarray:
         ``log(1 + (s - ref[-1]) / lambda)`` above the largest reference score
         (``lambda = ref[-1] - median(ref)``; 1 when that is 0).
     """
-    lam = float(reference[-1] - np.median(reference)) or 1.0
+    m = reference.size  # the median in halves: two scores above half the float maximum overflow
+    lam = float(reference[-1] - (reference[(m - 1) // 2] / 2 + reference[m // 2] / 2)) or 1.0
     return _tail(np.ascontiguousarray(reference, dtype=np.float64),
                  np.ascontiguousarray(scores, dtype=np.float64), lam)
 

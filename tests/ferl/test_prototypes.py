@@ -181,6 +181,7 @@ def _resaved(tmp_path, model, edit):
     (lambda a: a.__setitem__("prototype_reference", a["prototype_reference"][:, ::-1].copy()),
      "prototype reference"),
     (lambda a: a["prototype_reference"].__setitem__((0, 0), np.nan), "prototype reference"),
+    (lambda a: a.__setitem__("prototype_reference", a["prototype_reference"] - 100.0), "prototype reference"),
 ])
 def test_loading_refuses_missing_or_edited_prototypes(tmp_path, wine_deep, edit, message):
     with pytest.raises(ValueError, match=message):
@@ -200,3 +201,11 @@ def test_fitting_a_dataframe_gives_no_feature_name_warning(wine):
     plain = FERLClassifier("compact", random_state=0).fit(X_tr, y_tr)
     np.testing.assert_array_equal(clf.rule_prototypes_.reference, plain.rule_prototypes_.reference)
     np.testing.assert_array_equal(scores, plain.ood_score(X_tr))
+
+
+def test_tail_nats_keeps_ranking_above_a_reference_near_the_float_maximum():
+    """``lambda = max ref - median ref``: the median of two scores above half the float maximum
+    overflowed to inf, making ``lambda`` -inf and the continuation above the reference flat."""
+    ref = np.array([0.0, 1e308, 1.2e308, 1.4e308])
+    nats = tail_nats(ref, np.array([1.5e308, 1.7e308]))
+    assert np.isfinite(nats).all() and np.log(5) < nats[0] < nats[1]
