@@ -1,6 +1,7 @@
 """Rule prototypes (`ferl.prototypes`): the ``"prototype"`` distance and the ``"typical"`` score."""
 
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ def test_the_prototype_distance_is_the_l1_distance_to_the_nearest_supported_leaf
     U = standardise(X_te, leaves.center, leaves.scale)
     brute = np.abs(U[:, None, :] - leaves.mean[index][None]).sum(axis=2)
     distance, nearest = nearest_prototype(X_te, leaves, index)
-    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-6)  # the search is float32
+    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-12)  # float32 search, exact nearest
     np.testing.assert_array_equal(nearest, brute.argmin(axis=1))
     np.testing.assert_allclose(distance, brute[np.arange(len(brute)), nearest], rtol=1e-12)
     np.testing.assert_allclose(prototype_distance(X_te, leaves, index)[0].sum(axis=1), distance, rtol=1e-12)
@@ -209,3 +210,16 @@ def test_tail_nats_keeps_ranking_above_a_reference_near_the_float_maximum():
     ref = np.array([0.0, 1e308, 1.2e308, 1.4e308])
     nats = tail_nats(ref, np.array([1.5e308, 1.7e308]))
     assert np.isfinite(nats).all() and np.log(5) < nats[0] < nats[1]
+
+
+@pytest.mark.parametrize("other, far", [(0.0, 1e40), (3e7, 3e7 + 1)])
+def test_the_nearest_prototype_is_exact_where_float32_cannot_tell_the_prototypes_apart(other, far):
+    """Prototype means past float32's range (inf there) or closer than its resolution (2 at 3e7):
+    the float32 search took the first prototype, at ``other``, over the one at the input."""
+    leaves = SimpleNamespace(center=np.zeros(2), scale=np.ones(2), mean=np.array([[other, 0.0], [far, 0.0]]))
+    X = np.array([[far, 0.0], [far, 0.25]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distance, nearest = nearest_prototype(X, leaves, np.array([0, 1]))
+    np.testing.assert_array_equal(nearest, [1, 1])
+    np.testing.assert_array_equal(distance, [0.0, 0.25])
