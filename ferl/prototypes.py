@@ -59,7 +59,7 @@ MIN_SUPPORT = 5.0
 #: At most this many training rows (evenly spaced over the rows of positive weight) give the
 #: reference scores of ``"typical"``.
 REFERENCE_ROWS = 4096
-#: Relative tolerance of `tail_nats`' comparison with the reference scores.
+#: Tolerance of `tail_nats`' comparison with the reference scores: relative, absolute below 1.
 ROUND_OFF = 1e-9
 #: Standardised inputs are clipped to this for the float32 search of the nearest prototype.
 F32_MAX = 1e30
@@ -248,7 +248,7 @@ def tail_nats(reference: np.ndarray, scores: np.ndarray) -> np.ndarray:
     Returns
     -------
     ndarray of shape (n,), float64 >= 0, finite for finite scores
-        ``-log((1 + #{ref >= s (1 - 1e-9)}) / (m + 1))`` (`ROUND_OFF`), plus
+        ``-log((1 + #{ref >= s - 1e-9 max(|s|, 1)}) / (m + 1))`` (`ROUND_OFF`), plus
         ``log(1 + (s - ref[-1]) / lambda)`` above the largest reference score
         (``lambda = ref[-1] - median(ref)``; 1 when that is 0).
     """
