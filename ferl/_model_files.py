@@ -231,7 +231,7 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
 
 def _load_prototypes(path, n_leaves: int, arrays: dict) -> RulePrototypes:
     """Rebuild the rule prototypes; ValueError for missing arrays or a hand-edited file (the index
-    not increasing leaf positions, the reference not two sorted finite rows)."""
+    not increasing leaf positions, the reference not two sorted rows of finite scores >= 0)."""
     names = [f"prototype_{k}" for k in RulePrototypes.SAVED_FIELDS]
     if missing := [k for k in names if k not in arrays]:
         raise ValueError(f"{path} lacks the rule prototype arrays {missing} (a model saved by an older "
@@ -241,9 +241,9 @@ def _load_prototypes(path, n_leaves: int, arrays: dict) -> RulePrototypes:
             or index.max() >= n_leaves or (np.diff(index) <= 0).any()):
         _corrupted(path, "the prototype index is not increasing positions of the tree's leaves")
     if (reference.ndim != 2 or reference.shape[0] != 2 or reference.shape[1] == 0
-            or reference.dtype.kind != "f" or not np.isfinite(reference).all()
+            or reference.dtype.kind != "f" or not np.isfinite(reference).all() or (reference < 0).any()
             or (np.diff(reference, axis=1) < 0).any()):
-        _corrupted(path, "the prototype reference is not two sorted rows of finite scores")
+        _corrupted(path, "the prototype reference is not two sorted rows of finite scores >= 0")
     return RulePrototypes(index.astype(np.int64), reference.astype(np.float64))
 
 

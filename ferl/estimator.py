@@ -242,8 +242,10 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
         self.rule_prototypes_ = None  # the reference's "leaf" scores below do not read it
+        # read out directly: `ood_score` would validate the rows again, and warn that an ndarray
+        # lacks the feature names of a DataFrame fitted on
         self.rule_prototypes_ = fit_rule_prototypes(self.leaf_gaussians_, fired, X, sw,
-                                                    lambda rows: self.ood_score(rows, "leaf"))
+                                                    lambda rows: self._read(rows, False, score="leaf").score)
         return self
 
     # ------------------------------------------------------------------ inference

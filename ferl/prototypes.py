@@ -66,7 +66,7 @@ MIN_SUPPORT = 5.0
 #: At most this many training rows (evenly spaced over the rows of positive weight) give the
 #: reference scores of ``"typical"``.
 REFERENCE_ROWS = 4096
-#: Relative tolerance of `tail_nats`' comparison with the reference scores.
+#: Tolerance of `tail_nats`' comparison with the reference scores: relative, absolute below 1.
 ROUND_OFF = 1e-9
 #: Standardised inputs are clipped to this for the float32 search of the nearest prototype.
 F32_MAX = 1e30
@@ -145,23 +145,41 @@ def fit_prototype_support(leaves: LeafGaussians, fired: Firing, sample_weight: n
 
 
 @njit(cache=True, fastmath={"nsz", "contract"})
-def _nearest(X, center, scale, centres_t, centres, parts):
-    """Nearest column of ``centres_t`` (d, k, float32) in L1 to each standardised row of ``X``, and
-    the float64 parts ``|u_f - centres[j, f]|`` at it (written to ``parts``, n x d). One pass per
-    row: standardise it, sum over the prototypes in the inner loop (`_accumulate`, vectorised; a
-    loop over the features with an early exit per prototype was 3-7x slower at d = 10 and 112),
-    and no temporaries of the batch's size."""
+def _nearest(X, center, scale, centres_t, centres, reach, parts):
+    """Nearest row of ``centres`` (k, d) in L1 to each standardised row of ``X``, and the float64
+    parts ``|u_f - centres[j, f]|`` at it (written to ``parts``, n x d). One pass per row:
+    standardise it, sum over the prototypes in float32 in the inner loop (`_accumulate` over
+    ``centres_t``, (d, k), vectorised; a loop over the features with an early exit per prototype
+    was 3-7x slower at d = 10 and 112), and no temporaries of the batch's size. The prototypes
+    whose float32 sum lies within its error bound of the smallest, ``4 (d + 2) eps32 (sum_f |u_f|
+    + reach)`` (``reach`` the largest ``sum_f |mu_lf|``; infinite where a value passed
+    `F32_MAX`), are compared in float64: the nearest is exact (first on ties)."""
     n, d, k = X.shape[0], X.shape[1], centres_t.shape[1]
     nearest = np.zeros(n, dtype=np.int64)
     u = np.empty(d)
     acc = np.empty(k, dtype=np.float32)
+    eps = 4.0 * (d + 2) * np.finfo(np.float32).eps
     for i in range(n):
+        size = reach
         for f in range(d):
             u[f] = min(max((X[i, f] - center[f]) / scale[f], -Z_MAX), Z_MAX)
+            size += abs(u[f]) if abs(u[f]) <= F32_MAX else np.inf
         _accumulate(u, centres_t, acc)
+        best = 0
         for j in range(1, k):
-            if acc[j] < acc[nearest[i]]:
-                nearest[i] = j
+            if acc[j] < acc[best]:
+                best = j
+        nearest[i] = best
+        bound, exact, close = acc[best] + eps * size, np.inf, 0
+        for j in range(k):
+            close += acc[j] <= bound
+        for j in range(k if close > 1 else 0):
+            if acc[j] <= bound:  # a candidate: compared in float64
+                total = 0.0
+                for f in range(d):
+                    total += abs(u[f] - centres[j, f])
+                if total < exact:
+                    exact, nearest[i] = total, j
         for f in range(d):
             parts[i, f] = min(abs(u[f] - centres[nearest[i], f]), np.finfo(np.float64).max)
     return nearest
@@ -180,9 +198,10 @@ def prototype_distance(X: np.ndarray, leaves: LeafGaussians,
                        prototypes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-feature parts of the prototype distance ``D(x)`` and the nearest prototype of each input.
 
-    The search runs in float32 (inputs clipped to ``+-F32_MAX`` standard deviations), the parts
-    at the prototype it finds in float64: ``D`` is exact for that prototype, which is the nearest
-    up to float32 round-off (about 1e-7 of ``D``).
+    The search runs in float32 (inputs and means clipped to ``+-F32_MAX`` standard deviations);
+    the prototypes it cannot tell from the nearest (within its round-off bound, all of them where
+    a value was clipped) are compared in float64, and the parts at the nearest are float64: the
+    nearest prototype and ``D`` are those of a float64 search.
 
     Parameters
     ----------
@@ -200,9 +219,12 @@ def prototype_distance(X: np.ndarray, leaves: LeafGaussians,
         Position into ``prototypes`` of the nearest one (the first on ties).
     """
     centres = np.ascontiguousarray(leaves.mean[prototypes])
+    # float32 copies clipped like the inputs (a mean past float32's range would be inf there)
+    reach = float(np.abs(centres).sum(axis=1).max()) if np.abs(centres).max() <= F32_MAX else np.inf
+    centres_t = np.ascontiguousarray(np.clip(centres.T, -F32_MAX, F32_MAX), dtype=np.float32)
     parts = np.empty(X.shape)
     nearest = _nearest(np.ascontiguousarray(X, dtype=np.float64), leaves.center, leaves.scale,
-                       np.ascontiguousarray(centres.T, dtype=np.float32), centres, parts)
+                       centres_t, centres, reach, parts)
     return parts, nearest
 
 
@@ -233,11 +255,12 @@ def tail_nats(reference: np.ndarray, scores: np.ndarray) -> np.ndarray:
     Returns
     -------
     ndarray of shape (n,), float64 >= 0, finite for finite scores
-        ``-log((1 + #{ref >= s (1 - 1e-9)}) / (m + 1))`` (`ROUND_OFF`), plus
+        ``-log((1 + #{ref >= s - 1e-9 max(|s|, 1)}) / (m + 1))`` (`ROUND_OFF`), plus
         ``log(1 + (s - ref[-1]) / lambda)`` above the largest reference score
         (``lambda = ref[-1] - median(ref)``; 1 when that is 0).
     """
-    lam = float(reference[-1] - np.median(reference)) or 1.0
+    m = reference.size  # the median in halves: two scores above half the float maximum overflow
+    lam = float(reference[-1] - (reference[(m - 1) // 2] / 2 + reference[m // 2] / 2)) or 1.0
     return _tail(np.ascontiguousarray(reference, dtype=np.float64),
                  np.ascontiguousarray(scores, dtype=np.float64), lam)
 

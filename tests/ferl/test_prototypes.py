@@ -1,5 +1,8 @@
 """Rule prototypes (`ferl.prototypes`): the ``"prototype"`` distance and the ``"typical"`` score."""
 
+import warnings
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,7 +21,7 @@ def test_the_prototype_distance_is_the_l1_distance_to_the_nearest_supported_leaf
     U = standardise(X_te, leaves.center, leaves.scale)
     brute = np.abs(U[:, None, :] - leaves.mean[index][None]).sum(axis=2)
     distance, nearest = nearest_prototype(X_te, leaves, index)
-    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-6)  # the search is float32
+    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-12)  # float32 search, exact nearest
     np.testing.assert_array_equal(nearest, brute.argmin(axis=1))
     np.testing.assert_allclose(distance, brute[np.arange(len(brute)), nearest], rtol=1e-12)
     np.testing.assert_allclose(prototype_distance(X_te, leaves, index)[0].sum(axis=1), distance, rtol=1e-12)
@@ -179,7 +182,44 @@ def _resaved(tmp_path, model, edit):
     (lambda a: a.__setitem__("prototype_reference", a["prototype_reference"][:, ::-1].copy()),
      "prototype reference"),
     (lambda a: a["prototype_reference"].__setitem__((0, 0), np.nan), "prototype reference"),
+    (lambda a: a.__setitem__("prototype_reference", a["prototype_reference"] - 100.0), "prototype reference"),
 ])
 def test_loading_refuses_missing_or_edited_prototypes(tmp_path, wine_deep, edit, message):
     with pytest.raises(ValueError, match=message):
         FERLClassifier.load(_resaved(tmp_path, wine_deep, edit))
+
+
+def test_fitting_a_dataframe_gives_no_feature_name_warning(wine):
+    """The reference's in-sample "leaf" scores are read out from the validated ndarray: going
+    through ``ood_score`` warned that it lacked the DataFrame's feature names."""
+    pd = pytest.importorskip("pandas")
+    X_tr, _, y_tr, _ = wine
+    frame = pd.DataFrame(X_tr, columns=[f"c{i}" for i in range(X_tr.shape[1])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = FERLClassifier("compact", random_state=0).fit(frame, y_tr)
+        scores = clf.ood_score(frame)
+    plain = FERLClassifier("compact", random_state=0).fit(X_tr, y_tr)
+    np.testing.assert_array_equal(clf.rule_prototypes_.reference, plain.rule_prototypes_.reference)
+    np.testing.assert_array_equal(scores, plain.ood_score(X_tr))
+
+
+def test_tail_nats_keeps_ranking_above_a_reference_near_the_float_maximum():
+    """``lambda = max ref - median ref``: the median of two scores above half the float maximum
+    overflowed to inf, making ``lambda`` -inf and the continuation above the reference flat."""
+    ref = np.array([0.0, 1e308, 1.2e308, 1.4e308])
+    nats = tail_nats(ref, np.array([1.5e308, 1.7e308]))
+    assert np.isfinite(nats).all() and np.log(5) < nats[0] < nats[1]
+
+
+@pytest.mark.parametrize("other, far", [(0.0, 1e40), (3e7, 3e7 + 1)])
+def test_the_nearest_prototype_is_exact_where_float32_cannot_tell_the_prototypes_apart(other, far):
+    """Prototype means past float32's range (inf there) or closer than its resolution (2 at 3e7):
+    the float32 search took the first prototype, at ``other``, over the one at the input."""
+    leaves = SimpleNamespace(center=np.zeros(2), scale=np.ones(2), mean=np.array([[other, 0.0], [far, 0.0]]))
+    X = np.array([[far, 0.0], [far, 0.25]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distance, nearest = nearest_prototype(X, leaves, np.array([0, 1]))
+    np.testing.assert_array_equal(nearest, [1, 1])
+    np.testing.assert_array_equal(distance, [0.0, 0.25])
