@@ -45,7 +45,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     ``m_o({c}) = phi_o p_o(c)``, ``m_o(Theta) = 1 - phi_o``; combining the masses of the evidence
     nodes (section 3.2, eq. 4) gives belief, plausibility, ignorance, the pignistic probability
     (``predict_proba``) and the interval-dominance credal set (``predict_set``). The same pass gives
-    novelty (section 3.1, appendix A.2, `ferl.novelty`, `ferl.typicality`: ``routing_loss``,
+    novelty (section 3.1, appendix A.2, `ferl.novelty`, `ferl.typicality`, and beyond the paper the
+    rule prototypes of `ferl.prototypes` behind the default ``ood_score``: ``routing_loss``,
     ``feature_anomaly``, ``ood_score``, ``anomalous_features``), rules and explanations (``rules_``,
     ``export_text``, ``explain``) and a robustness certificate (appendix A.3, ``robustness_radius``).
 
@@ -143,6 +144,11 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     rule_alone_ : ndarray of shape (n_rules_,) or None
         Share of the training weight on which each rule holds more than half the firing
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
+    leaf_gaussians_ : LeafGaussians
+        The leaves' full-covariance Gaussians (`ferl.typicality`).
+    rule_prototypes_ : RulePrototypes
+        The supported leaves whose means are prototypes, and the training rows' reference scores
+        of the default ``"typical"`` OOD score (`ferl.prototypes`).
     """
 
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
