@@ -93,14 +93,13 @@ class ReadoutMixin:
         fired once per chunk of rows (`ferl._readout.CHUNK`), and the score shares the firings
         (and, with `novelty_discount`, the leaf NLLs) of the evidence. Measured over CART's
         ``predict`` (``python scripts/bench_scale.py --sections keel``, 30 KEEL sets x 5 folds, CPU
-        time, 2-core machine), median (worst set) for compact / medium / deep: one pass
-        0.9 (3.7) / 1.5 (6.5) / 2.0 (11.8), the three calls 1.7 (4.7) / 2.4 (9.0) / 3.6 (17.6);
-        at 10^5 rows (``--sections scale --n-sizes 100000``, d = 20, FERL-deep, fastest of 9
-        interleaved rounds, three runs on a shared virtual machine) 4.0-4.3x one pass, 6.3-6.9x
-        three calls, and 1.7-1.8x for ``predict`` alone. The read-out is bound by memory and
-        suffers more than CART from busy neighbours (5.5x in such a run, before the last two
-        speed-ups: the buffers each thread keeps, `ferl._readout.thread_scratch`, and the leaf
-        term's).
+        time, 2-core machine), median (worst set) for compact / medium / deep with the default
+        ``typical`` score: one pass 1.6 (8.8) / 2.0 (12.6) / 2.5 (22.6), the three calls 2.4 (10.2)
+        / 3.0 (15.1) / 4.0 (25.4). At 10^5 rows (``--sections scale --n-sizes 100000``, d = 20,
+        FERL-deep, fastest of 9 interleaved rounds) one pass takes 8.7x and ``predict`` alone 1.8x:
+        the nearest-prototype search of ``typical`` costs rows x prototypes x features (float32,
+        vectorised). With ``kind="leaf"``, measured before ``typical``: 4.0-4.3x in three runs. The
+        read-out is bound by memory and suffers more than CART from busy neighbours.
 
         Parameters
         ----------
