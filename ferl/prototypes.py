@@ -55,7 +55,7 @@ import numpy as np
 from numba import njit
 
 from ferl._firing import Firing
-from ferl.typicality import Z_MAX, LeafGaussians
+from ferl.typicality import LeafGaussians, standardise
 
 __all__ = ["MIN_SUPPORT", "REFERENCE_ROWS", "PROTOTYPE_KINDS", "RulePrototypes", "fit_rule_prototypes",
            "fit_prototype_support", "nearest_prototype", "prototype_distance", "prototype_kind",
@@ -145,24 +145,23 @@ def fit_prototype_support(leaves: LeafGaussians, fired: Firing, sample_weight: n
 
 
 @njit(cache=True, fastmath={"nsz", "contract"})
-def _nearest(X, center, scale, centres_t, centres, reach, parts):
-    """Nearest row of ``centres`` (k, d) in L1 to each standardised row of ``X``, and the float64
-    parts ``|u_f - centres[j, f]|`` at it (written to ``parts``, n x d). One pass per row:
-    standardise it, sum over the prototypes in float32 in the inner loop (`_accumulate` over
-    ``centres_t``, (d, k), vectorised; a loop over the features with an early exit per prototype
-    was 3-7x slower at d = 10 and 112), and no temporaries of the batch's size. The prototypes
+def _nearest(U, centres_t, centres, reach, parts):
+    """Nearest row of ``centres`` (k, d) in L1 to each row of the standardised inputs ``U``, and the
+    float64 parts ``|u_f - centres[j, f]|`` at it (written to ``parts``, n x d). Per row, the sums
+    over the prototypes run in float32 in the inner loop (`_accumulate` over ``centres_t``, (d, k),
+    vectorised; a loop over the features with an early exit per prototype was 3-7x slower at
+    d = 10 and 112). The prototypes
     whose float32 sum lies within its error bound of the smallest, ``4 (d + 2) eps32 (sum_f |u_f|
     + reach)`` (``reach`` the largest ``sum_f |mu_lf|``; infinite where a value passed
     `F32_MAX`), are compared in float64: the nearest is exact (first on ties)."""
-    n, d, k = X.shape[0], X.shape[1], centres_t.shape[1]
+    n, d, k = U.shape[0], U.shape[1], centres_t.shape[1]
     nearest = np.zeros(n, dtype=np.int64)
-    u = np.empty(d)
     acc = np.empty(k, dtype=np.float32)
     eps = 4.0 * (d + 2) * np.finfo(np.float32).eps
     for i in range(n):
+        u = U[i]
         size = reach
         for f in range(d):
-            u[f] = min(max((X[i, f] - center[f]) / scale[f], -Z_MAX), Z_MAX)
             size += abs(u[f]) if abs(u[f]) <= F32_MAX else np.inf
         _accumulate(u, centres_t, acc)
         best = 0
@@ -219,12 +218,12 @@ def prototype_distance(X: np.ndarray, leaves: LeafGaussians,
         Position into ``prototypes`` of the nearest one (the first on ties).
     """
     centres = np.ascontiguousarray(leaves.mean[prototypes])
+    size = np.abs(centres)
     # float32 copies clipped like the inputs (a mean past float32's range would be inf there)
-    reach = float(np.abs(centres).sum(axis=1).max()) if np.abs(centres).max() <= F32_MAX else np.inf
+    reach = float(size.sum(axis=1).max()) if size.max() <= F32_MAX else np.inf
     centres_t = np.ascontiguousarray(np.clip(centres.T, -F32_MAX, F32_MAX), dtype=np.float32)
     parts = np.empty(X.shape)
-    nearest = _nearest(np.ascontiguousarray(X, dtype=np.float64), leaves.center, leaves.scale,
-                       centres_t, centres, reach, parts)
+    nearest = _nearest(standardise(X, leaves.center, leaves.scale), centres_t, centres, reach, parts)
     return parts, nearest
 
 
@@ -321,9 +320,7 @@ def prototype_kind(kind: str, X: np.ndarray, leaves: LeafGaussians, prototypes: 
     distance = nearest_prototype(X, leaves, prototypes.index)[0]
     if kind == "prototype":
         return distance
-    leaf_ref, distance_ref = prototypes.reference
-    return np.minimum(tail_nats(leaf_ref, leaf_score) + tail_nats(distance_ref, distance),
-                      np.finfo(np.float64).max)
+    return np.minimum(_tails(prototypes, leaf_score, distance).sum(axis=1), np.finfo(np.float64).max)
 
 
 def prototype_terms(X: np.ndarray, leaves: LeafGaussians, prototypes: RulePrototypes,
@@ -338,9 +335,13 @@ def prototype_terms(X: np.ndarray, leaves: LeafGaussians, prototypes: RuleProtot
         ``(t_leaf, t_D)``: `tail_nats` of ``leaf_score`` and of ``D(x)``.
     """
     parts = prototype_distance(X, leaves, prototypes.index)[0]
+    return parts, _tails(prototypes, leaf_score, parts.sum(axis=1))
+
+
+def _tails(prototypes: RulePrototypes, leaf_score: np.ndarray, distance: np.ndarray) -> np.ndarray:
+    """``(t_leaf, t_D)`` (n, 2): `tail_nats` of the leaf scores and of the prototype distances."""
     leaf_ref, distance_ref = prototypes.reference
-    tails = np.stack([tail_nats(leaf_ref, leaf_score), tail_nats(distance_ref, parts.sum(axis=1))], axis=1)
-    return parts, tails
+    return np.stack([tail_nats(leaf_ref, leaf_score), tail_nats(distance_ref, distance)], axis=1)
 
 
 def prototype_feature_scores(kind: str, leaf_parts: np.ndarray, parts: np.ndarray,
