@@ -186,6 +186,9 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     cov : ndarray of shape (L, d, d)
     values, weights : ndarray of shape (m,)
         Out-of-fold NLL of every (row, leaf) pair of positive weight, and that weight.
+    term : ndarray of shape (n,)
+        Out-of-fold ``T(x_i) = sum_l phi0_l(x_i) nll_l(x_i)`` of every row over its pairs of positive
+        weight (0 for a row of weight 0): the reference of the evidence discount (`ferl.prototypes`).
     """
     n, d = U.shape
     n_nodes = feature.shape[0]
@@ -217,6 +220,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     leaf_cov = np.empty((n_leaves, d, d))
     values = np.empty(n_values)
     weights = np.empty(n_values)
+    term = np.zeros(n)
     m = 0
     node_count, node_mean, s1, s2, t1, t2, o1, o2 = moment_buffers(n_folds, d)
     var = np.empty((K1, d))  # a small leaf's shrunk variances
@@ -308,5 +312,6 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
                 acc += v[f] * v[f]
             values[m] = 0.5 * acc + max(half, 0.0)  # the read-out's log-det is clipped at 0 too
             weights[m] = w
+            term[r] += phi0[q] * values[m]
             m += 1
-    return leaf_mean, leaf_cov, values[:m], weights[:m]
+    return leaf_mean, leaf_cov, values[:m], weights[:m], term

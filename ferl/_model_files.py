@@ -231,12 +231,13 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
 
 def _load_prototypes(path, n_leaves: int, arrays: dict) -> RulePrototypes:
     """Rebuild the rule prototypes; ValueError for missing arrays or a hand-edited file (the index
-    not increasing leaf positions, the reference not two sorted rows of finite scores >= 0)."""
+    not increasing leaf positions, the reference not two sorted rows of finite scores >= 0, the
+    discount not a finite ``(tau >= 0, lambda > 0)``)."""
     names = [f"prototype_{k}" for k in RulePrototypes.SAVED_FIELDS]
     if missing := [k for k in names if k not in arrays]:
         raise ValueError(f"{path} lacks the rule prototype arrays {missing} (a model saved by an older "
                          f"version); refit and save the model again")
-    index, reference = (arrays[k] for k in names)
+    index, reference, discount = (arrays[k] for k in names)
     if (index.ndim != 1 or index.size == 0 or index.dtype.kind != "i" or index.min() < 0
             or index.max() >= n_leaves or (np.diff(index) <= 0).any()):
         _corrupted(path, "the prototype index is not increasing positions of the tree's leaves")
@@ -244,7 +245,10 @@ def _load_prototypes(path, n_leaves: int, arrays: dict) -> RulePrototypes:
             or reference.dtype.kind != "f" or not np.isfinite(reference).all() or (reference < 0).any()
             or (np.diff(reference, axis=1) < 0).any()):
         _corrupted(path, "the prototype reference is not two sorted rows of finite scores >= 0")
-    return RulePrototypes(index.astype(np.int64), reference.astype(np.float64))
+    if (discount.shape != (2,) or discount.dtype.kind != "f" or not np.isfinite(discount).all()
+            or discount[0] < 0 or discount[1] <= 0):
+        _corrupted(path, "the evidence discount is not a finite (tau >= 0, lambda > 0)")
+    return RulePrototypes(index.astype(np.int64), reference.astype(np.float64), discount.astype(np.float64))
 
 
 def _corrupted(path, problem: str):

@@ -6,9 +6,10 @@ later read-outs, reuse: `thread_scratch`). Per chunk the sparse firings
 (`ferl._firing.sparse_firing`) feed the evidence (`ferl.evidence.combine_sparse`), the per-feature
 novelty (`ferl.novelty.analyse`) and the OOD score alone (`ferl._ood_score.score_totals`, no
 per-feature split) that the call asks for, and the chunks' outputs are concatenated. With the
-novelty discount the evidence combines the firings discounted by each source's reliability
-(`ferl.evidence.discount`, `ferl._reliability.source_reliability`), from the leaf typicality scores
-of the same pass (`ferl._reliability.leaf_typicality`).
+``"typical"`` novelty discount the combined evidence is discounted by the reliability of the
+input's ``"typical"`` score (`ferl.evidence_discount`); with the ``"rules"`` one the evidence
+combines the firings discounted by each source's reliability (`ferl.evidence.discount`,
+`ferl._reliability.source_reliability`), from the leaf typicality scores of the same pass.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from ferl._firing import Firing, Scratch
 from ferl._ood_score import TOTAL_KINDS, score_totals
 from ferl._reliability import leaf_typicality, source_reliability
 from ferl._tree import FuzzyTree
-from ferl.evidence import Evidence, combine_sparse, discount
+from ferl.evidence import Evidence, combine_sparse, discount, discount_evidence
+from ferl.evidence_discount import typical_reliability
 from ferl.novelty import OOD_KINDS, Novelty, analyse
 from ferl.prototypes import RulePrototypes, prototype_kind
 from ferl.typicality import LeafGaussians
@@ -117,7 +119,7 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
 
 def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool, margin: np.ndarray,
              sources: np.ndarray, rule: str, evidence: bool = True, novelty: bool = False,
-             novelty_discount: bool = False, score: str | None = None,
+             novelty_discount: str | None = None, score: str | None = None,
              prototypes: RulePrototypes | None = None) -> Readout:
     """Evidence, novelty and / or an OOD score of validated inputs from one firing pass per chunk.
 
@@ -138,8 +140,9 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         Combination rule.
     evidence, novelty : bool
         Outputs to compute: the `Evidence`, the per-feature `Novelty`.
-    novelty_discount : bool
-        Discount the evidence sources by their reliabilities (`discounted`); False leaves the
+    novelty_discount : {None, "typical", "rules"}
+        Discount the combined evidence by the reliability of its ``"typical"`` score
+        (`ferl.evidence_discount`), or every source by its own (`discounted`); None leaves the
         paper's evidence bit for bit.
     score : str or None
         The kind of OOD score to compute (`ferl.novelty.OOD_KINDS`): ``"ignorance"`` is the
@@ -161,7 +164,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     if score is not None and score not in OOD_KINDS:
         raise ValueError(f"unknown OOD score kind {score!r}; expected one of {list(OOD_KINDS)}")
     evidence = evidence or score == "ignorance"
-    discount = evidence and novelty_discount
+    discount = novelty_discount if evidence else None
     parts_e, parts_n, parts_s = [], [], []
     scratch = thread_scratch()  # every output below is computed from `fired` before the next chunk
     for start in range(0, X.shape[0], CHUNK):
@@ -171,18 +174,27 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         if novelty:
             parts_n.append(analyse(tree, leaves, rows, fired, prototypes))
             leaf_nll = parts_n[-1].leaf_nll
-        if score in TOTAL_KINDS or score == "typical":
-            values, nll = score_totals(tree, leaves, rows, fired, "leaf" if score == "typical" else score,
-                                       discount and leaf_nll is None)
-            parts_s.append(values if score != "typical" else
-                           prototype_kind(score, rows, leaves, prototypes, values))
+        want_nll = discount == "rules" and leaf_nll is None
+        if score in TOTAL_KINDS:
+            values, nll = score_totals(tree, leaves, rows, fired, score, want_nll)
+            parts_s.append(values)
             leaf_nll = leaf_nll if nll is None else nll
-        elif score == "prototype":
+        if score == "typical" or discount == "typical":  # the "leaf" score's tail is half of it
+            if score != "leaf":
+                values, nll = score_totals(tree, leaves, rows, fired, "leaf", want_nll)
+                leaf_nll = leaf_nll if nll is None else nll
+            typical = prototype_kind("typical", rows, leaves, prototypes, values)
+            if score == "typical":
+                parts_s.append(typical)
+        if score == "prototype":
             parts_s.append(prototype_kind(score, rows, leaves, prototypes))
         if evidence:
-            if discount:
+            if discount == "rules":
                 fired = discounted(tree, leaves, rows, fired, leaf_nll)[0]
             parts_e.append(combine_sparse(fired, tree.value, sources, rule))
+            if discount == "typical":
+                reliability = typical_reliability(typical, prototypes.discount)
+                parts_e[-1] = discount_evidence(parts_e[-1], reliability)
             if score == "ignorance":
                 parts_s.append(parts_e[-1].ignorance.copy())
     return Readout(_concat(Evidence, parts_e) if evidence else None,

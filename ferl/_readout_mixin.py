@@ -28,12 +28,17 @@ class ReadoutMixin:
         """Evidence, novelty and / or an OOD score of validated ``X`` from one firing pass."""
         return read_out(self.tree_, self.leaf_gaussians_, X, bool(self.bounded_support),
                         self._gate_margin(), self._sources(), self.combination, evidence, novelty,
-                        bool(self.novelty_discount), score, self.rule_prototypes_)
+                        self._discount_mode(), score, self.rule_prototypes_)
+
+    def _discount_mode(self) -> str | None:
+        """`novelty_discount` as `ferl._readout.read_out` takes it: None (off), "typical" or "rules"."""
+        mode = self.novelty_discount
+        return mode if isinstance(mode, str) else "typical" if mode else None
 
     def _reliability(self, X, fired=None, leaf_nll=None) -> np.ndarray:
         """Source reliabilities (n, n_nodes) of validated ``X`` (`ferl._readout.discounted`), from
-        its sparse firings ``fired`` and leaf NLLs when given; all ones with the discount off."""
-        if not self.novelty_discount:
+        its sparse firings ``fired`` and leaf NLLs when given; all ones unless the discount is "rules"."""
+        if self._discount_mode() != "rules":
             return np.ones((X.shape[0], self.tree_.n_nodes))
         if fired is None:
             fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())

@@ -26,6 +26,7 @@ from ferl._firing import Firing
 from ferl._leaf_paths import path_residual
 from ferl._leaf_readout import leaf_totals
 from ferl._tree import FuzzyTree
+from ferl.evidence_discount import reliability_curve
 from ferl.novelty import free_gaussians
 from ferl.typicality import Z_MAX, LeafGaussians
 
@@ -41,8 +42,7 @@ def reliability(model: LeafGaussians, score: np.ndarray) -> np.ndarray:
     in [0, 1] (0 only where the exponential underflows, far off the training data), ``>= 1 - delta``
     up to ``tau``, strictly decreasing in ``s_l`` (constant 1 up to ``tau`` when ``tau = 0``)."""
     tau, width = model.reliability
-    typical = TYPICAL_DISCOUNT * np.minimum(score, tau) / tau if tau > 0 else 0.0
-    return np.exp(-typical - np.maximum(score - tau, 0.0) / width)
+    return reliability_curve(score, float(tau), float(width), TYPICAL_DISCOUNT)
 
 
 def source_reliability(tree: FuzzyTree, model: LeafGaussians, phi0: np.ndarray,

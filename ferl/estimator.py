@@ -18,11 +18,13 @@ from ferl._inputs import (
     resolve_feature_names,
     seed_from,
 )
+from ferl._leaf_readout import leaf_totals
 from ferl._model_files import ModelFilesMixin
 from ferl._params import check_params
 from ferl._partitions import fixed_partitions
 from ferl._readout_mixin import ReadoutMixin
 from ferl._rules_mixin import RulesMixin
+from ferl.evidence_discount import typical_reliability
 from ferl.explain import Explanation, build_explanation
 from ferl.novelty import analyse, check_variances, fit_free_gaussians
 from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
@@ -108,21 +110,24 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         Apply the bounded-support gates at inference (section 3.1, appendix C.2).
     support_margin : float > 0, default=1.0
         Gate margin as a multiple of the node-local observed range (the paper's default is 1).
-    novelty_discount : bool, default=False
-        Discount every evidence source's mass by how typical the input is for it (beyond the
-        paper; `ferl.evidence.discount`, reliability `ferl._reliability.source_reliability`): a
-        source's firing ``phi_o`` becomes ``r_o(x) phi_o`` with ``r_o = 1`` for inputs as typical
-        as 90 % of the (cross-fitted) training inputs, so that near-OOD inputs, which still fire
-        rules, get ignorance, wider credal sets and abstentions. Read at inference. False keeps
-        the paper's read-out bit for bit. Measured off -> on: 30 KEEL sets x 5 folds
-        (``scripts/bench_novelty_tabular.py``): accuracy 83.30 -> 83.35, set coverage 90.73 ->
-        91.51, mean set size 1.495 -> 1.608, leave-one-class-out ignorance AUROC 61.2 -> 75.3;
-        synthetic open world (``scripts/bench_openworld_novelty.py``, seed 0 folds 0-1,
-        FERL-deep): held-out abstention 9.9 -> 41.1 %, retained-test abstention 2.9 -> 4.9 %,
-        accuracy 82.4 -> 82.0, ignorance AUROC 51.6 -> 74.3. **Not for inputs shifted as a whole
-        from the training ones**: a FERL-deep fitted on CUB-50's true concepts and applied to a
-        detector's concepts falls from 48.8 % to 5.5 % accuracy with it on (every source looks
-        atypical, mean ignorance 0.98), so the CBM heads keep it off (`cbm.heads.FERLHead`).
+    novelty_discount : bool or {"typical", "rules"}, default=False
+        Discount the evidence by how typical the input is (beyond the paper), so that near-OOD
+        inputs, which still fire rules, get ignorance, wider credal sets and abstentions. Read at
+        inference; False keeps the paper's read-out bit for bit. True or ``"typical"``: the
+        combined evidence, by a reliability ``r(x)`` that falls with the ``"typical"`` OOD score
+        past its 0.95 quantile on cross-fitted training rows (`ferl.evidence_discount`);
+        ``BetP``'s argmax, hence ``predict``, is unchanged. ``"rules"``: every source's firing
+        ``phi_o`` by its own leaf typicality ``r_o(x)`` (`ferl._reliability`). Measured off /
+        ``"typical"`` / ``"rules"``, FERL-deep: synthetic open world, 3 seeds x 5 folds
+        (``scripts/bench_openworld_novelty.py``): held-out abstention 12.7 / 49.7 / 35.1 %,
+        retained-test abstention 2.2 / 4.5 / 5.3 %, ignorance AUROC 58.4 / 86.1 / 80.2 (the
+        ``"typical"`` score 92.4); 30 KEEL sets x 5 folds (``scripts/bench_novelty_tabular.py``):
+        accuracy / set coverage / mean set size 83.30 / 90.73 / 1.495 off, 83.30 / 91.49 / 1.595
+        with ``"typical"``, leave-one-class-out ignorance AUROC 61.2 / 73.7 / 75.2. **Not for
+        inputs shifted as a whole from the training ones**: under such a shift every input looks
+        atypical and abstains (with ``"rules"`` a FERL-deep fitted on CUB-50's true concepts and
+        applied to a detector's concepts fell from 48.8 % to 5.5 % accuracy), so the CBM heads
+        keep it off (`cbm.heads.FERLHead`).
     random_state : int, RandomState instance or None, default=None
         Seeds the bootstrap resamples.
 
@@ -243,16 +248,26 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         with np.errstate(over="ignore", invalid="ignore"):
             fit_free_gaussians(self.tree_, X, sw, fired)
         check_variances(self.tree_, self.feature_range_, self.feature_names_)
-        self.leaf_gaussians_ = fit_leaf_gaussians(self.tree_, X, sw, fired)
+        self.leaf_gaussians_, crossfit_term = fit_leaf_gaussians(self.tree_, X, sw, fired)
         self.n_rules_ = int(self.tree_.is_leaf.sum())
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
         self.rule_prototypes_ = None  # the reference's "leaf" scores below do not read it
         # read out directly: `ood_score` would validate the rows again, and warn that an ndarray
         # lacks the feature names of a DataFrame fitted on
-        self.rule_prototypes_ = fit_rule_prototypes(self.leaf_gaussians_, fired, X, sw,
-                                                    lambda rows: self._read(rows, False, score="leaf").score)
+        self.rule_prototypes_ = fit_rule_prototypes(
+            self.leaf_gaussians_, fired, X, sw,
+            lambda rows: self._reference_scores(X[rows], crossfit_term[rows]))
         return self
+
+    def _reference_scores(self, X, crossfit_term) -> tuple[np.ndarray, np.ndarray]:
+        """In-sample and cross-fitted ``"leaf"`` scores of training rows ``X`` whose cross-fitted leaf
+        term ``T`` (`ferl.typicality.fit_leaf_gaussians`) is ``crossfit_term``: the in-sample
+        score with its ``T / d`` swapped for the cross-fitted one."""
+        in_sample = self._read(X, False, score="leaf").score
+        fired = self.tree_.sparse_firing(X, False, np.ones(self.tree_.n_nodes))
+        term = leaf_totals(self.leaf_gaussians_, X, fired)[0]
+        return in_sample, np.maximum(in_sample + (crossfit_term - term) / X.shape[1], 0.0)
 
     # ------------------------------------------------------------------ inference
     def _check_X(self, X):
@@ -313,5 +328,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         reliability = self._reliability(X, fired, novelty.leaf_nll)
         radius = certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
         ranked = novelty.ranked(self.feature_names_, top_k)[0]
-        return build_explanation(self, phi, reliability, ranked, float(novelty.score()[0]),
-                                 float(radius[0]))
+        score = novelty.score()  # "typical", the default
+        trust = (typical_reliability(score, self.rule_prototypes_.discount)[0]
+                 if self._discount_mode() == "typical" else 1.0)
+        return build_explanation(self, phi, reliability, ranked, float(score[0]), float(radius[0]), trust)

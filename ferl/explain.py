@@ -2,10 +2,11 @@
 
 An `Explanation` gathers, for one input: the evidence sources that fired (rules, i.e. leaves, and
 with ``evidence_nodes="all"`` also internal nodes) with their firing ``phi_o``, their reliability
-``r_o`` (1 unless the model's ``novelty_discount`` is on, `ferl.evidence.discount`) and their masses
+``r_o`` (1 unless the model's ``novelty_discount`` is ``"rules"``, `ferl.evidence.discount`) and their masses
 ``m_o({c}) = r_o phi_o p_o(c)``, ``m_o(Theta) = 1 - r_o phi_o`` (paper section 3.2); the combined
 belief, plausibility, ignorance, conflict and pignistic probability; the credal set and the
-abstention (eq. 4); the default OOD score and the anomalous attributes (`ferl.novelty`); and the
+abstention (eq. 4), discounted as a whole by ``r(x)`` when ``novelty_discount`` is ``"typical"``
+(`ferl.evidence_discount`); the default OOD score and the anomalous attributes (`ferl.novelty`); and the
 certified robustness radius (`ferl.certificate`).
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ferl.evidence import combine, discount
+from ferl.evidence import combine, discount, discount_evidence
 from ferl.novelty import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
@@ -88,6 +89,9 @@ class Explanation:
         Certified ``l_inf`` radius (0 where a gate is active or the top class is tied).
     sources : tuple of FiredSource
         Evidence sources that fired, by decreasing firing.
+    reliability : float
+        ``r(x)`` in [0, 1] of the combined evidence (`ferl.evidence_discount`): the masses above are
+        the combined ones discounted by it (1 unless ``novelty_discount`` is ``"typical"``).
     """
 
     classes: tuple
@@ -104,6 +108,7 @@ class Explanation:
     anomalous_features: tuple
     robustness_radius: float
     sources: tuple
+    reliability: float = 1.0
 
     def to_dict(self) -> dict:
         """JSON-friendly nested dict (per-class values as a list of records)."""
@@ -116,6 +121,7 @@ class Explanation:
             "firing": self.firing,
             "ood_score": self.ood_score,
             "robustness_radius": self.robustness_radius,
+            "reliability": self.reliability,
             "classes": [
                 {"class": c, "probability": p, "belief": b, "plausibility": pl,
                  "in_set": c in self.credal_set}
@@ -159,7 +165,8 @@ class Explanation:
             "",
             f"Ignorance m(Θ) = {self.ignorance:{f}}, conflict = {self.conflict:{f}}, "
             f"leaf firing = {self.firing:{f}}, OOD score = {_number(self.ood_score, digits)}, "
-            f"certified radius = {self.robustness_radius:.3g}.",
+            f"certified radius = {self.robustness_radius:.3g}"
+            + (f", evidence reliability r(x) = {self.reliability:{f}}." if self.reliability != 1.0 else "."),
             "",
             "| class | BetP | belief | plausibility | in set |",
             "|---|---:|---:|---:|:---:|",
@@ -210,7 +217,7 @@ def _md(value) -> str:
 
 
 def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous: list[AnomalousFeature],
-                      ood_score: float, radius: float) -> Explanation:
+                      ood_score: float, radius: float, evidence_reliability: float = 1.0) -> Explanation:
     """Assemble the `Explanation` of one validated input.
 
     Parameters
@@ -227,6 +234,8 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
         Default OOD score of the input.
     radius : float
         Certified robustness radius of the input.
+    evidence_reliability : float in [0, 1], default=1.0
+        Reliability of the combined evidence (`ferl.evidence.discount_evidence`).
 
     Returns
     -------
@@ -235,6 +244,7 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
     tree = model.tree_
     classes = tuple(_plain(c) for c in model.classes_)
     ev = combine(discount(phi, reliability), tree.value, model._sources(), model.combination)
+    ev = discount_evidence(ev, np.array([evidence_reliability]))
     sources = []
     leaves = np.flatnonzero(tree.is_leaf)
     rule_of = {int(node): k for k, node in enumerate(leaves)}
@@ -258,4 +268,5 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
         credal_set=tuple(c for c, keep in zip(classes, in_set, strict=True) if keep),
         abstain=bool(ev.abstain[0]), firing=float(phi[0, leaves].sum()), ood_score=float(ood_score),
         anomalous_features=tuple(anomalous), robustness_radius=float(radius), sources=tuple(sources),
+        reliability=float(evidence_reliability),
     )

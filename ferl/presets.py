@@ -170,7 +170,7 @@ PARAMETER_CONSTRAINTS: dict = {
     "min_samples_leaf": [Range(Integral, 1), Range(Real, 0, 1, closed="neither"), None],
     "bounded_support": [BOOLEAN],
     "support_margin": [Range(Real, 0, closed="neither")],
-    "novelty_discount": [BOOLEAN],
+    "novelty_discount": [BOOLEAN, Options({"typical", "rules"})],
     "random_state": [RANDOM_STATE],
 }
 

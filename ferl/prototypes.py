@@ -55,6 +55,7 @@ import numpy as np
 from numba import njit
 
 from ferl._firing import Firing
+from ferl.evidence_discount import fit_discount
 from ferl.typicality import LeafGaussians, standardise
 
 __all__ = ["MIN_SUPPORT", "REFERENCE_ROWS", "PROTOTYPE_KINDS", "RulePrototypes", "fit_rule_prototypes",
@@ -85,13 +86,17 @@ class RulePrototypes:
         prototypes; ``k >= 1`` (the best-supported leaf when none reaches `MIN_SUPPORT`).
     reference : ndarray of shape (2, m), float64, finite, each row sorted
         In-sample ``"leaf"`` scores and prototype distances of the reference training rows.
+    discount : ndarray of shape (2,), float64
+        ``(tau, lambda)`` of the evidence discount (`ferl.evidence_discount.fit_discount`), from the
+        cross-fitted ``"typical"`` scores of the reference rows; ``tau >= 0``, ``lambda > 0``.
     """
 
     index: np.ndarray
     reference: np.ndarray
+    discount: np.ndarray
 
     #: Arrays a saved model stores.
-    SAVED_FIELDS = ("index", "reference")
+    SAVED_FIELDS = ("index", "reference", "discount")
 
 
 def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sample_weight: np.ndarray,
@@ -107,7 +112,8 @@ def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sam
         The training inputs.
     sample_weight : ndarray of shape (n_samples,), float64 >= 0, some > 0
     leaf_score : callable
-        ``leaf_score(X_rows)``: the fitted model's ``"leaf"`` OOD scores of some training rows.
+        ``leaf_score(rows)``: the fitted model's in-sample and cross-fitted ``"leaf"`` OOD scores
+        of the training rows ``X[rows]`` (two arrays of shape (len(rows),)).
 
     Returns
     -------
@@ -115,8 +121,10 @@ def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sam
     """
     index = fit_prototype_support(leaves, fired, sample_weight)
     rows = reference_rows(sample_weight)
-    reference = np.stack([leaf_score(X[rows]), nearest_prototype(X[rows], leaves, index)[0]])
-    return RulePrototypes(index, np.sort(reference, axis=1))
+    in_sample, cross_fitted = leaf_score(rows)
+    distance = nearest_prototype(X[rows], leaves, index)[0]
+    reference = np.sort(np.stack([in_sample, distance]), axis=1)
+    return RulePrototypes(index, reference, fit_discount(_typical(reference, cross_fitted, distance)))
 
 
 def fit_prototype_support(leaves: LeafGaussians, fired: Firing, sample_weight: np.ndarray) -> np.ndarray:
@@ -320,7 +328,7 @@ def prototype_kind(kind: str, X: np.ndarray, leaves: LeafGaussians, prototypes: 
     distance = nearest_prototype(X, leaves, prototypes.index)[0]
     if kind == "prototype":
         return distance
-    return np.minimum(_tails(prototypes, leaf_score, distance).sum(axis=1), np.finfo(np.float64).max)
+    return _typical(prototypes.reference, leaf_score, distance)
 
 
 def prototype_terms(X: np.ndarray, leaves: LeafGaussians, prototypes: RulePrototypes,
@@ -335,12 +343,18 @@ def prototype_terms(X: np.ndarray, leaves: LeafGaussians, prototypes: RuleProtot
         ``(t_leaf, t_D)``: `tail_nats` of ``leaf_score`` and of ``D(x)``.
     """
     parts = prototype_distance(X, leaves, prototypes.index)[0]
-    return parts, _tails(prototypes, leaf_score, parts.sum(axis=1))
+    return parts, _tails(prototypes.reference, leaf_score, parts.sum(axis=1))
 
 
-def _tails(prototypes: RulePrototypes, leaf_score: np.ndarray, distance: np.ndarray) -> np.ndarray:
-    """``(t_leaf, t_D)`` (n, 2): `tail_nats` of the leaf scores and of the prototype distances."""
-    leaf_ref, distance_ref = prototypes.reference
+def _typical(reference: np.ndarray, leaf_score: np.ndarray, distance: np.ndarray) -> np.ndarray:
+    """``t_leaf + t_D`` (n,), finite (`_tails`)."""
+    return np.minimum(_tails(reference, leaf_score, distance).sum(axis=1), np.finfo(np.float64).max)
+
+
+def _tails(reference: np.ndarray, leaf_score: np.ndarray, distance: np.ndarray) -> np.ndarray:
+    """``(t_leaf, t_D)`` (n, 2): `tail_nats` of the leaf scores and of the prototype distances
+    against the two rows of ``reference`` (`RulePrototypes.reference`)."""
+    leaf_ref, distance_ref = reference
     return np.stack([tail_nats(leaf_ref, leaf_score), tail_nats(distance_ref, distance)], axis=1)
 
 

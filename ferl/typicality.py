@@ -42,31 +42,25 @@ Mahalanobis distance. Both halves split exactly over features:
 The input's score averages the leaves by their ungated firing (which sums to one over the leaves):
 ``T(x) = sum_l phi0_l(x) nll_l(x)`` (`leaf_terms`).
 
-**Reliability** (for the evidence discount of `ferl.evidence.discount`): leaf ``l`` is a reliable
-source for ``x`` when its *typicality score* ``s_l(x) = nll_l(x) / d + R_l(x) / 2`` (the leaf's
-part of the ``nll`` OOD score of `ferl.novelty`: its Gaussian's NLL per feature plus half
-the paper's free-feature residual along its path, `ferl._leaf_paths`) is no larger than for
-typical training inputs: ``r_l(x) = exp(-delta min(s_l, tau) / tau - max(0, s_l - tau) / lambda)``
-(``delta`` = `ferl._reliability.TYPICAL_DISCOUNT`). ``tau`` and ``lambda``
-come from the *cross-fitted* scores of the training inputs (the leaf Gaussians and the free-feature
-Gaussians refitted without each of `CROSS_FIT` interleaved folds, on the same tree, and evaluated
-on that fold, so that the reference is honest out-of-sample): ``tau`` is their firing-weighted
-`RELIABILITY_QUANTILES` [0] quantile and ``r = 1/2`` at the [1] quantile.
+**Reliability** (for the per-source evidence discount, ``novelty_discount="rules"``,
+`ferl.evidence.discount`): leaf ``l`` is a reliable source for ``x`` when its *typicality score*
+``s_l(x) = nll_l(x) / d + R_l(x) / 2`` (the leaf's part of the ``nll`` OOD score of `ferl.novelty`,
+with half the paper's free-feature residual along its path, `ferl._leaf_paths`) is no larger than
+for typical training inputs: ``r_l(x) = exp(-delta min(s_l, tau) / tau - max(0, s_l - tau) /
+lambda)`` (``delta`` = `ferl._reliability.TYPICAL_DISCOUNT`). ``tau`` and ``lambda`` come from the
+*cross-fitted* scores of the training inputs (the leaf Gaussians and the free-feature Gaussians
+refitted without each of `CROSS_FIT` interleaved folds, on the same tree, and evaluated on that
+fold): ``tau`` is their firing-weighted `RELIABILITY_QUANTILES` [0] quantile and ``r = 1/2`` at
+the [1] quantile. The same cross-fit gives the held-out leaf term ``T`` of every training row,
+the reference of the default ``"typical"`` discount (`ferl.evidence_discount`).
 
-Measured on the synthetic open world (``scripts/bench_openworld_novelty.py --quantiles q0,q1``,
-FERL-deep; seed 0 folds 0-1, then seed 1 fold 2 as a check): with ``nll_l`` alone and quantiles
-(0.9, 0.95) held-out abstention 41.1 % (fold 1: 29.2 %) at retained-test abstention 6.5 %,
-ignorance AUROC 67.7; with ``s_l`` 45.8 % at 5.6 %, AUROC 75.4 (the leaf NLL alone has AUROC 90.3
-and 37.0 % rejection at 95 % acceptance, the residual 92.2 and 49.0 %). Quantiles for ``s_l``
-(held-out / retained-test abstention %, ignorance AUROC; folds 0-1, then seed 1 fold 2):
-(0.9, 0.99) 15.6 / 3.9 / 67.4; (0.9, 0.95) 45.8 / 5.6 / 75.4, 30.2 / 4.2 / 67.0; (0.8, 0.97)
-39.1 / 5.1 / 80.0; (0.7, 0.97) 40.6 / 5.2 / 81.3, 32.3 / 3.9 / 81.8; (0.5, 0.97) 41.7 / 5.5 /
-81.9; (0.5, 0.95) -, 32.3 / 7.6 / 82.9; (0.9, 0.96) 41.1 / 4.9 / 74.3, 30.2 / 3.6 / 66.8. The [1]
-quantile sets how many typical inputs lose their credal singleton, the [0] quantile how far below
-it the ignorance still ranks inputs. Chosen: (0.9, 0.96), the only setting with both 40 % held-out
-and 5 % retained abstention on folds 0-1 that keeps ``r`` near 1 for 90 % of typical inputs (a lower
-[0] quantile ranks better, AUROC +7, but moves the ignorance of typical inputs); seed 1 fold 2
-abstains on about 30 % of its held-out images whatever the quantiles.
+Measured on the synthetic open world (``scripts/bench_openworld_novelty.py``, FERL-deep; seed 0
+folds 0-1, then seed 1 fold 2 as a check), held-out / retained-test abstention %, ignorance AUROC:
+``nll_l`` alone at (0.9, 0.95) 41.1 / 6.5 / 67.7; ``s_l``: (0.9, 0.99) 15.6 / 3.9 / 67.4; (0.9,
+0.95) 45.8 / 5.6 / 75.4, 30.2 / 4.2 / 67.0; (0.8, 0.97) 39.1 / 5.1 / 80.0; (0.7, 0.97) 40.6 / 5.2
+/ 81.3, 32.3 / 3.9 / 81.8; (0.5, 0.97) 41.7 / 5.5 / 81.9; (0.9, 0.96) 41.1 / 4.9 / 74.3, 30.2 /
+3.6 / 66.8. Chosen: (0.9, 0.96), the only setting with both 40 % held-out and 5 % retained
+abstention on folds 0-1 that keeps ``r`` near 1 for 90 % of typical inputs.
 
 `ferl._reliability` says how ``delta`` was chosen.
 """
@@ -227,6 +221,8 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
     values, weights : ndarray of shape (m,)
         Out-of-fold ``nll_l(x_i)`` of every (training row, leaf) pair of positive weight
         (ungated firing ``W`` times sample weight ``sw``), and that weight.
+    term : ndarray of shape (n,)
+        Out-of-fold ``T(x_i)`` of every training row (0 for rows of weight 0).
     """
     leaf_index = np.full(tree.n_nodes, -1, dtype=np.int64)
     leaf_index[tree.is_leaf] = np.arange(int(tree.is_leaf.sum()))
@@ -245,7 +241,7 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
 
 
 def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray,
-                       firing: Firing | None = None) -> LeafGaussians:
+                       firing: Firing | None = None) -> tuple[LeafGaussians, np.ndarray]:
     """Fit the leaf Gaussians and the reliability of the module docstring.
 
     Parameters
@@ -262,6 +258,10 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     Returns
     -------
     LeafGaussians
+    ndarray of shape (n_samples,), float64
+        The cross-fitted leaf term ``T(x_i) = sum_l phi0_l(x_i) nll_l(x_i)`` of every training row,
+        each row scored by Gaussians fitted without its fold (0 for rows of weight 0): the honest
+        reference of the evidence discount (`ferl.prototypes.fit_rule_prototypes`).
 
     Raises
     ------
@@ -274,7 +274,7 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     U = standardise(X, center, scale)
     W = tree.sparse_firing(X, False, np.ones(tree.n_nodes)) if firing is None else firing
     with one_blas_thread():
-        mean, cov, values, weights = _fit_nodes(tree, U, W, sw)
+        mean, cov, values, weights, term = _fit_nodes(tree, U, W, sw)
     d = X.shape[1]
     free = ~tree.path_mask(d)
     residual = cross_fitted_path_residual(
@@ -290,7 +290,8 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     tau = _weighted_quantile(values, weights, q0)
     half = _weighted_quantile(values, weights, q1)
     width = max(half - tau, 1e-6 * max(abs(tau), 1.0)) / np.log(2.0)
-    return LeafGaussians(center, scale, np.flatnonzero(tree.is_leaf), mean, cov, np.array([tau, width]))
+    model = LeafGaussians(center, scale, np.flatnonzero(tree.is_leaf), mean, cov, np.array([tau, width]))
+    return model, term
 
 
 def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

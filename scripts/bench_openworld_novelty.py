@@ -2,7 +2,8 @@
 
 Usage::
 
-    python scripts/bench_openworld_novelty.py ROOT [--heldout-part novel] [--quantiles 0.9,0.96]
+    python scripts/bench_openworld_novelty.py ROOT [--heldout-part novel] [--quantiles 0.95,0.995]
+                                              [--slope 0.05]
 
 ``ROOT`` is an ``evaluate-openworld`` output folder (``folds.json`` and ``seed<s>/fold<f>/concepts/
 {train,val,test,novel}.npz``, e.g. from ``configs/openworld/synthetic.yaml``). For every fold found:
@@ -12,13 +13,16 @@ detector's cross-fitted ones where the run has them, as ``evaluate-openworld`` p
 retained **test** images (in-distribution) are compared with the held-out classes' images (OOD):
 
 * AUROC and rejection at 95 % val acceptance (`ferl.metrics.ood_summary`) of every FERL kind, of the
-  ignorance with ``novelty_discount`` on (``ignorance-discounted``) and of the dedicated detectors;
-* abstention rate (credal set = every class) of retained test and held-out images, discount off / on;
+  ignorance with ``novelty_discount`` on (``ignorance-discounted``: the ``"typical"`` discount,
+  `ferl.evidence_discount`; ``-rules``: the per-source one) and of the dedicated detectors;
+* abstention rate (credal set = every class) of retained test and held-out images, discount off /
+  on / per source (``rules``);
 * attribute naming: precision@3 of the top-3 ``anomalous_features`` of each held-out image against
   the concepts where it differs from its nearest retained class profile (image-level ground truth,
   `cbm.openworld.metrics.image_anomaly_ground_truth`; synthetic world only).
 
-``--quantiles`` overrides `ferl.typicality.RELIABILITY_QUANTILES` (a study of the discount). Prints
+``--quantiles`` and ``--slope`` override `ferl.evidence_discount`'s ``DISCOUNT_QUANTILES`` and
+``DISCOUNT_SLOPE`` (a study of the discount). Prints
 one row per fold and the mean and standard deviation over folds.
 """
 
@@ -35,7 +39,7 @@ from cbm.data.concept_tables import load_concept_tables
 from cbm.detector.crossfit import CROSSFIT_SPLIT
 from cbm.heads.train_concepts import resolve_train_concepts
 from cbm.openworld.metrics import image_anomaly_ground_truth, precision_at_k
-from ferl import FERLClassifier, typicality
+from ferl import FERLClassifier, evidence_discount
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED, FERL_OOD_KINDS
 
@@ -73,14 +77,16 @@ def evaluate(fold_dir: Path, seed: int, retained: list[int], profiles, heldout_p
         det = DETECTORS[b][1](seed).fit(X["train"], tables["train"].y)
         scores[b] = {p: det.score(X[p]) for p in parts}
     row = {}
-    for tag, on in (("off", False), ("on", True)):
+    for tag, on in (("off", False), ("on", True), ("rules", "rules")):
         clf.set_params(novelty_discount=on)
         sets = {p: clf.predict_set(X[p]) for p in ("test", heldout_part)}
         row[f"abstain_test_{tag}"] = 100 * sets["test"].all(axis=1).mean()
         row[f"abstain_novel_{tag}"] = 100 * sets[heldout_part].all(axis=1).mean()
         row[f"accuracy_{tag}"] = 100 * np.mean(clf.predict(X["test"]) == tables["test"].y)
-        if on:
+        if on is True:
             scores[DISCOUNTED] = {p: clf.ood_score(X[p], "ignorance") for p in parts}
+        elif on:
+            scores[f"{DISCOUNTED}-rules"] = {p: clf.ood_score(X[p], "ignorance") for p in parts}
     clf.set_params(novelty_discount=False)
     for name, s in scores.items():
         summary = M.ood_summary(s["val"], s["test"], s[heldout_part])
@@ -98,10 +104,14 @@ def main() -> None:
     parser.add_argument("root", type=Path)
     parser.add_argument("--heldout-part", default="novel", help="table of the held-out classes' images")
     parser.add_argument("--quantiles", default=None,
-                        help="reliability quantiles q0,q1 (default: the module's)")
+                        help="the discount's quantiles q0,q1 (default: ferl.evidence_discount's)")
+    parser.add_argument("--slope", type=float, default=None,
+                        help="the discount's slow fall delta (default: ferl.evidence_discount's)")
     args = parser.parse_args()
-    if args.quantiles:
-        typicality.RELIABILITY_QUANTILES = tuple(float(q) for q in args.quantiles.split(","))
+    if args.quantiles:  # read at fit (the scale) and at inference (the slope)
+        evidence_discount.DISCOUNT_QUANTILES = tuple(float(q) for q in args.quantiles.split(","))
+    if args.slope is not None:
+        evidence_discount.DISCOUNT_SLOPE = args.slope
     folds = json.loads((args.root / "folds.json").read_text())
     profiles = _class_profiles(args.root)
     rows = {}

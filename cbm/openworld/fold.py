@@ -36,6 +36,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ from cbm.heads.train_concepts import resolve_train_concepts
 from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_truth, precision_at_k
 from cbm.openworld.settings import EvalSettings, check_keep_checkpoints, prune_checkpoints
 from ferl import metrics as M
-from ferl.benchmarks.ood import DETECTORS
+from ferl.benchmarks.ood import DETECTORS, ferl_score
 from ferl.persist import StepWriter, atomic_write_bytes, folder_lock
 
 __all__ = [
@@ -71,8 +72,9 @@ __all__ = [
 #: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves;
 #: 5: ``train_concepts`` (the heads' training vectors: cross-fitted or in-sample), FERL heads with the
 #: novelty discount and the leaf-Gaussian ``nll`` score; 6: the ``leaf`` score, pooled leaf covariances;
-#: 7: the ``typical`` and ``prototype`` scores (`ferl.prototypes`).
-RESULT_VERSION = 7
+#: 7: the ``typical`` and ``prototype`` scores (`ferl.prototypes`); 8: the ``typical`` novelty
+#: discount (`ferl.evidence_discount`): abstention and examples with it on.
+RESULT_VERSION = 8
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 
@@ -126,6 +128,8 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
 def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], truth: dict,
              score: float, threshold: float, kind: str, top: int) -> dict:
     ex = head.model_.explain(x, top_k=top)
+    with _discounted(head) as model:
+        on = model.explain(x, top_k=1)
     near, mask = truth[y]
     concepts = head.concept_names_
     top_rule = ex.sources[0].conditions if ex.sources else ()
@@ -137,6 +141,8 @@ def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], 
         "named": [{"concept": a.name, "score": float(a.score), "anomalous": bool(mask[a.feature])}
                   for a in ex.anomalous_features],
         "ground_truth": [concepts[j] for j in np.flatnonzero(mask)],
+        "discounted": {"reliability": on.reliability, "ignorance": on.ignorance, "abstain": bool(on.abstain),
+                       "credal_set": [str(c) for c in on.credal_set]},
     }
 
 
@@ -202,9 +208,22 @@ def _ranked(head: FERLHead, X: np.ndarray, k: int) -> np.ndarray:
     return np.array([[a.feature for a in row] for row in head.model_.anomalous_features(X, top_k=k)])
 
 
+@contextmanager
+def _discounted(head: FERLHead):
+    """The head's model with ``novelty_discount`` on (`ferl.evidence_discount`) inside the block."""
+    previous = head.model_.novelty_discount
+    head.model_.set_params(novelty_discount=True)  # read at inference: the same fitted model
+    try:
+        yield head.model_
+    finally:
+        head.model_.set_params(novelty_discount=previous)
+
+
 def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], label_of: np.ndarray,
                   gt: np.ndarray, gt_image: np.ndarray, top_k: Sequence[int]) -> dict:
     sets = {p: head.predict_set(X[p]) for p in ("test", "novel")}
+    with _discounted(head) as model:
+        discounted = {p: model.predict_set(X[p]).all(axis=1).mean() for p in ("test", "novel")}
     ranked = _ranked(head, X["novel"], max(top_k))
     # the same FERL head given the true concepts of the held-out images: detector errors removed
     oracle = _ranked(head, tables["novel"].concept_labels.astype(np.float64), max(top_k))
@@ -213,6 +232,8 @@ def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], l
                                np.argmax(head.predict_proba(X["test"]), axis=1)),
         "abstain_test": float(sets["test"].all(axis=1).mean()),
         "abstain_novel": float(sets["novel"].all(axis=1).mean()),
+        "abstain_test_discounted": float(discounted["test"]),
+        "abstain_novel_discounted": float(discounted["novel"]),
         "size": head.size(),
         "naming": {f"precision@{k}": float(precision_at_k(ranked, gt, k).mean()) for k in top_k}
         | {f"true_concepts_precision@{k}": float(precision_at_k(oracle, gt, k).mean()) for k in top_k}
@@ -277,7 +298,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
         head = fitted[h] = make_head(h, seed).fit(X["train"], label_of[y_train], concept_names)
         _record(steps, f"head_fit:{h}", y_train, fold.retained, fold)
         for kind in settings.ferl_kinds:
-            scores[f"{h}:{kind}"] = {p: head.model_.ood_score(X[p], kind) for p in ("val", "test", "novel")}
+            scores[f"{h}:{kind}"] = {p: ferl_score(head.model_, X[p], kind) for p in ("val", "test", "novel")}
         heads_out[h] = _head_summary(head, X, tables, label_of, gt, gt_image, settings.top_k)
     for b in settings.baselines:
         det = DETECTORS[b][1](seed).fit(X["train"], y_train)

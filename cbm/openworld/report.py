@@ -84,9 +84,12 @@ def per_fold_frame(results: Sequence[dict]) -> pd.DataFrame:
 
 def heads_frame(results: Sequence[dict]) -> pd.DataFrame:
     """One row per (seed, fold, FERL head): retained-test accuracy, abstention on retained and
-    held-out test images, rules, attribute-naming precision@k and its chance level."""
+    held-out test images (novelty discount off and on), rules, attribute-naming precision@k and
+    its chance level."""
     rows = [{"seed": r["seed"], "fold": r["fold"], "head": h, "accuracy": m["accuracy"],
              "abstain_test": m["abstain_test"], "abstain_novel": m["abstain_novel"],
+             "abstain_test_discounted": m["abstain_test_discounted"],
+             "abstain_novel_discounted": m["abstain_novel_discounted"],
              "rules": m["size"]["rules"], "concepts_used": m["size"]["concepts_used"], **m["naming"]}
             for r in results for h, m in r["heads"].items()]
     return pd.DataFrame(rows)
@@ -153,7 +156,9 @@ def heads_markdown(summary: pd.DataFrame, top_k: Sequence[int]) -> str:
             row[f"p@{k} image truth"] = _cell(*lookup.loc[(h, f"image_precision@{k}"), ["mean", "std"]])
         row["image chance"] = f"{100 * lookup.loc[(h, 'image_chance'), 'mean']:.1f}"
         for m, header in (("accuracy", "retained acc."), ("abstain_test", "abstain retained"),
-                          ("abstain_novel", "abstain held-out")):
+                          ("abstain_novel", "abstain held-out"),
+                          ("abstain_test_discounted", "abstain retained (discount)"),
+                          ("abstain_novel_discounted", "abstain held-out (discount)")):
             row[header] = _cell(*lookup.loc[(h, m), ["mean", "std"]])
         row["rules"] = f"{lookup.loc[(h, 'rules'), 'mean']:.0f}"
         rows.append(row)
@@ -175,6 +180,7 @@ def examples_markdown(results: Sequence[dict]) -> str:
                 f"## `{ex['sample_id']}`: {ex['true_class']} (seed {r['seed']}, fold {r['fold']})", "",
                 f"- nearest retained class: {', '.join(ex['nearest_retained'])}",
                 f"- FERL predicts {ex['prediction']}, {verdict}; ignorance m(Θ) = {ex['ignorance']:.3f}",
+                _discounted_line(ex["discounted"]),
                 f"- {ex['kind']} score {ex['score']:.3g} vs threshold {ex['threshold']:.3g} (95 % of "
                 f"retained val accepted): {decision}",
                 f"- strongest rule: IF {' AND '.join(ex['top_rule']) or '(root)'}", "",
@@ -184,6 +190,13 @@ def examples_markdown(results: Sequence[dict]) -> str:
                 "", f"Ground truth ({len(ex['ground_truth'])}): {', '.join(ex['ground_truth'])}", "",
             ]
     return "\n".join(lines)
+
+
+def _discounted_line(d: dict) -> str:
+    """The example's evidence with the novelty discount on (`ferl.evidence_discount`)."""
+    verdict = "abstains" if d["abstain"] else "credal set {" + ", ".join(d["credal_set"]) + "}"
+    return (f"- with the novelty discount (`novelty_discount=True`): reliability r(x) = "
+            f"{d['reliability']:.3f}, ignorance m(Θ) = {d['ignorance']:.3f}, {verdict}")
 
 
 def roc_png(out: Path, results: Sequence[dict], detectors: Sequence[str]) -> bytes:
@@ -315,7 +328,9 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
              "its nearest retained class profile (differs from the class-level truth where images "
              "deviate from their class profile). "
              "Accuracy and abstention (all-class credal set) on retained test images and abstention on "
-             "held-out ones.", "",
+             "held-out ones, with the novelty discount off (the paper's read-out) and on "
+             "(`novelty_discount=True`: the evidence discounted by how typical the input is, "
+             "`ferl.evidence_discount`).", "",
              heads_markdown(head_sum, record["settings"]["top_k"]),
              "Example explanations: `examples.md`.", "", curves_markdown(list(figures)),
              *_done_text(record, results)]

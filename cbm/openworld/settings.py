@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ferl.benchmarks.ood import DETECTORS
+from ferl.benchmarks.ood import DETECTORS, DISCOUNTED
 from ferl.novelty import OOD_KINDS
 from ferl.persist import atomic_write_text
 
@@ -29,7 +29,8 @@ class EvalSettings:
         FERL OOD scores (``FERLClassifier.ood_score`` kinds); the first one is the headline
         score of the examples (``typical``: FERL's default, the leaf Gaussians' score and the
         distance to the nearest rule prototype combined, `ferl.prototypes`; ``residual``: the
-        paper's "native residual").
+        paper's "native residual"; ``ignorance-discounted``: m(Θ) with ``novelty_discount`` on,
+        `ferl.evidence_discount`).
     baselines : tuple of str
         Keys of :data:`ferl.benchmarks.ood.DETECTORS`.
     accept : float in (0, 1)
@@ -45,7 +46,7 @@ class EvalSettings:
 
     heads: tuple[str, ...] = ("ferl-deep",)
     ferl_kinds: tuple[str, ...] = ("typical", "leaf", "prototype", "nll", "residual", "combined",
-                                    "ignorance", "firing")
+                                    "ignorance", DISCOUNTED, "firing")
     baselines: tuple[str, ...] = ("mahalanobis", "knn", "iforest")
     accept: float = 0.95
     top_k: tuple[int, ...] = (1, 3, 5)
@@ -57,9 +58,10 @@ class EvalSettings:
         if not self.heads or bad_heads:
             raise ValueError(f"heads must be FERL heads (ferl-compact/medium/deep) with OOD scores, "
                              f"got {list(self.heads)}")
-        bad = [k for k in self.ferl_kinds if k not in OOD_KINDS]
+        kinds = (*OOD_KINDS, DISCOUNTED)
+        bad = [k for k in self.ferl_kinds if k not in kinds]
         if not self.ferl_kinds or bad:
-            raise ValueError(f"unknown FERL OOD kinds {bad or 'none'}; choose from {list(OOD_KINDS)}")
+            raise ValueError(f"unknown FERL OOD kinds {bad or 'none'}; choose from {list(kinds)}")
         bad = [b for b in self.baselines if b not in DETECTORS]
         if bad:
             raise ValueError(f"unknown baselines {bad}; choose from {list(DETECTORS)}")

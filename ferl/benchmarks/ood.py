@@ -28,6 +28,7 @@ from ferl import metrics as M
 from ferl.benchmarks.protocol import FoldData
 
 __all__ = [
+    "ferl_score",
     "DETECTORS",
     "FERL_OOD_KINDS",
     "IsolationForestDetector",
@@ -181,7 +182,7 @@ def run_leave_one_class_out(
             model = clone(estimator).fit(X_fit, y_fit)
             for kind in (*FERL_OOD_KINDS, DISCOUNTED):
                 try:
-                    s_val, s_id, s_ood = (_ferl_score(model, X, kind) for X in (X_val, X_id, X_ood))
+                    s_val, s_id, s_ood = (ferl_score(model, X, kind) for X in (X_val, X_id, X_ood))
                 except AttributeError:
                     skipped.add(f"{method}:{kind}")
                     continue
@@ -190,8 +191,28 @@ def run_leave_one_class_out(
     return rows, skipped
 
 
-def _ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
-    """``model.ood_score(X, kind)``; `DISCOUNTED`: the ignorance with ``novelty_discount`` on."""
+def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
+    """``model.ood_score(X, kind)``; `DISCOUNTED`: the ignorance with ``novelty_discount`` on.
+
+    Parameters
+    ----------
+    model : FERLClassifier
+        A fitted model (left with its own ``novelty_discount``).
+    X : ndarray of shape (n_samples, n_features)
+    kind : str
+        One of `ferl.novelty.OOD_KINDS` or `DISCOUNTED`.
+
+    Returns
+    -------
+    ndarray of shape (n_samples,), float64
+
+    Raises
+    ------
+    AttributeError
+        `DISCOUNTED` for a model without ``novelty_discount``.
+    ValueError
+        An unknown ``kind``.
+    """
     if kind != DISCOUNTED:
         return model.ood_score(X, kind=kind)
     if "novelty_discount" not in model.get_params():

@@ -44,7 +44,7 @@ def test_typical_inputs_ignorance_ranks_them_and_moves_by_at_most_delta():
     clf = FERLClassifier("deep", evidence_nodes="leaves", random_state=0).fit(X, y)
     Z = np.random.default_rng(1).random((300, 4))
     off = clf.evidence(Z).ignorance
-    on = clf.set_params(novelty_discount=True).evidence(Z).ignorance
+    on = clf.set_params(novelty_discount="rules").evidence(Z).ignorance
     tau = clf.leaf_gaussians_.reliability[0]
     fired = clf.tree_.sparse_firing(Z, False, np.ones(clf.tree_.n_nodes))
     s = leaf_typicality(clf.tree_, clf.leaf_gaussians_, Z, fired)

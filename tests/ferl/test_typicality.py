@@ -224,14 +224,14 @@ def test_rows_of_weight_zero_change_nothing_with_the_discount(variant):
     np.testing.assert_allclose(a.evidence(probes).mass, b.evidence(probes).mass, rtol=0, atol=1e-12)
 
 
-# ---------------------------------------------------------------------- the novelty discount
+# ------------------------------------------- the per-source novelty discount ("rules")
 def test_planted_near_ood_raises_ignorance_and_abstains_only_with_the_discount(correlated):
     clf, _, _ = correlated
     X_id, _ = _correlated(1, 300)
     X_near = _planted(2, 300)
     assert clf.ood_score(X_near, "firing").mean() < 0.2  # mostly inside the gates' support
     off_id, off_near = clf.evidence(X_id), clf.evidence(X_near)
-    clf.set_params(novelty_discount=True)
+    clf.set_params(novelty_discount="rules")
     on_id, on_near = clf.evidence(X_id), clf.evidence(X_near)
     clf.set_params(novelty_discount=False)
     assert off_near.abstain.mean() < 0.5
@@ -241,7 +241,7 @@ def test_planted_near_ood_raises_ignorance_and_abstains_only_with_the_discount(c
     assert abs(on_id.ignorance.mean() - off_id.ignorance.mean()) < typical
     assert on_id.abstain.mean() - off_id.abstain.mean() < typical
     assert (on_id.ignorance >= off_id.ignorance - 1e-12).mean() == 1.0  # one source or agreeing ones
-    rel = clf.set_params(novelty_discount=True)._reliability(X_near)
+    rel = clf.set_params(novelty_discount="rules")._reliability(X_near)
     clf.set_params(novelty_discount=False)
     assert ((rel > 0) & (rel <= 1)).all()
 
@@ -251,7 +251,7 @@ def test_discount_off_is_the_papers_read_out_bit_for_bit(correlated):
     Z = np.vstack([X[:50], _planted(3, 100)])
     plain = FERLClassifier(random_state=0).fit(X, y)
     assert plain.novelty_discount is False
-    on = FERLClassifier(random_state=0, novelty_discount=True).fit(X, y)
+    on = FERLClassifier(random_state=0, novelty_discount="rules").fit(X, y)
     on.set_params(novelty_discount=False)
     for model in (plain, on):
         ev = model.evidence(Z)
@@ -264,7 +264,7 @@ def test_discount_off_is_the_papers_read_out_bit_for_bit(correlated):
 @pytest.mark.parametrize("variant", ["compact", "deep"])
 def test_an_input_no_leaf_reaches_stays_vacuous_with_the_discount(variant, correlated):
     _, X, y = correlated
-    clf = FERLClassifier(variant, random_state=0, novelty_discount=True).fit(X, y)
+    clf = FERLClassifier(variant, random_state=0, novelty_discount="rules").fit(X, y)
     far = X[:3] + 10.0
     ev = clf.evidence(far)
     np.testing.assert_array_equal(ev.ignorance, 1.0)
@@ -274,7 +274,7 @@ def test_an_input_no_leaf_reaches_stays_vacuous_with_the_discount(variant, corre
 
 def test_all_node_evidence_discounts_internal_nodes_by_their_leaves(correlated):
     _, X, y = correlated
-    clf = FERLClassifier("compact", random_state=0, novelty_discount=True).fit(X, y)
+    clf = FERLClassifier("compact", random_state=0, novelty_discount="rules").fit(X, y)
     Z = np.vstack([X[:20], _planted(4, 40)])
     rel = clf._reliability(Z)
     phi0 = clf.tree_.firing(Z, False, clf._gate_margin())[0]
@@ -292,7 +292,7 @@ def test_all_node_evidence_discounts_internal_nodes_by_their_leaves(correlated):
 def test_explanation_shows_the_discount(correlated, tmp_path):
     clf, _, _ = correlated
     x = _planted(5, 50)[0]
-    clf.set_params(novelty_discount=True)
+    clf.set_params(novelty_discount="rules")
     try:
         e = clf.explain(x)
         ev = clf.evidence(x[None])
@@ -304,7 +304,7 @@ def test_explanation_shows_the_discount(correlated, tmp_path):
         assert "| reliability |" in e.to_markdown()
         clf.save(tmp_path / "m")
         back = FERLClassifier.load(tmp_path / "m")
-        assert back.novelty_discount is True
+        assert back.novelty_discount == "rules"
         np.testing.assert_array_equal(back.evidence(x[None]).ignorance, ev.ignorance)
     finally:
         clf.set_params(novelty_discount=False)
@@ -315,7 +315,7 @@ def test_discounted_sparse_read_out_equals_the_dense_textbook_discount(variant, 
     """`ferl._readout.discounted` maps each sparse entry to its node's reliability: the batched
     evidence equals `combine` of the dense firings times the dense reliabilities."""
     _, X, y = correlated
-    clf = FERLClassifier(variant, random_state=0, novelty_discount=True).fit(X, y)
+    clf = FERLClassifier(variant, random_state=0, novelty_discount="rules").fit(X, y)
     Z = np.vstack([X[:40], _planted(6, 60), X[:5] + 0.4])
     phi = clf.tree_.firing(Z, True, clf._gate_margin())[0]
     expect = combine(discount(phi, clf._reliability(Z)), clf.tree_.value, clf._sources(), clf.combination)
