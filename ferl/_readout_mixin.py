@@ -24,11 +24,14 @@ def _kind(kind) -> str:
 class ReadoutMixin:
     """Every output of the read-out comes from one sparse firing pass per call (`ferl._readout`)."""
 
-    def _read(self, X, evidence: bool = True, novelty: bool = False, score: str | None = None) -> Readout:
-        """Evidence, novelty and / or an OOD score of validated ``X`` from one firing pass."""
+    def _read(self, X, evidence: bool = True, novelty: bool = False, score: str | None = None,
+              typical: bool = True) -> Readout:
+        """Evidence, novelty and / or an OOD score of validated ``X`` from one firing pass
+        (``typical=False``: without the ``"typical"`` novelty discount)."""
+        mode = self._discount_mode()
         return read_out(self.tree_, self.leaf_gaussians_, X, bool(self.bounded_support),
                         self._gate_margin(), self._sources(), self.combination, evidence, novelty,
-                        self._discount_mode(), score, self.rule_prototypes_)
+                        None if mode == "typical" and not typical else mode, score, self.rule_prototypes_)
 
     def _discount_mode(self) -> str | None:
         """`novelty_discount` as `ferl._readout.read_out` takes it: None (off), "typical" or "rules"."""
@@ -79,8 +82,13 @@ class ReadoutMixin:
         return self.evidence(X).pignistic
 
     def predict(self, X) -> np.ndarray:
-        """Point label ``argmax_c BetP(c)`` (first class on ties), shape (n_samples,), in ``classes_``."""
-        proba = self.predict_proba(X)
+        """Point label ``argmax_c BetP(c)`` (first class on ties), shape (n_samples,), in ``classes_``.
+
+        Read from the evidence without the ``"typical"`` novelty discount, which keeps the argmax
+        only in exact arithmetic (``BetP^r = r BetP + (1 - r) / C``: once ``r`` underflows, far off
+        the training data, ``BetP^r`` is uniform), so that label is the same with it on or off.
+        """
+        proba = self._read(self._check_X(X), typical=False).evidence.pignistic
         return self.classes_[np.argmax(proba, axis=1)]
 
     def predict_set(self, X) -> np.ndarray:

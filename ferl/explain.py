@@ -69,7 +69,7 @@ class Explanation:
     classes : tuple
         Class labels (``classes_`` order); per-class tuples below follow it.
     prediction : object
-        ``argmax BetP``.
+        ``argmax BetP`` without the ``"typical"`` discount (what ``predict`` returns).
     probability, belief, plausibility : tuple of float
         ``BetP(c)``, ``Bel(c) = m({c})``, ``Pl(c) = m({c}) + m(Theta)``.
     ignorance, conflict : float
@@ -243,8 +243,8 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
     """
     tree = model.tree_
     classes = tuple(_plain(c) for c in model.classes_)
-    ev = combine(discount(phi, reliability), tree.value, model._sources(), model.combination)
-    ev = discount_evidence(ev, np.array([evidence_reliability]))
+    paper = combine(discount(phi, reliability), tree.value, model._sources(), model.combination)
+    ev = discount_evidence(paper, np.array([evidence_reliability]))
     sources = []
     leaves = np.flatnonzero(tree.is_leaf)
     rule_of = {int(node): k for k, node in enumerate(leaves)}
@@ -261,7 +261,7 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
     in_set = ev.credal_set[0]
     proba = ev.pignistic[0]
     return Explanation(
-        classes=classes, prediction=classes[int(np.argmax(proba))],
+        classes=classes, prediction=classes[int(np.argmax(paper.pignistic[0]))],  # `predict`'s label
         probability=tuple(float(v) for v in proba), belief=tuple(float(v) for v in ev.belief[0]),
         plausibility=tuple(float(v) for v in ev.plausibility[0]),
         ignorance=float(ev.ignorance[0]), conflict=float(ev.conflict[0]),

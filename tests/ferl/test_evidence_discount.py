@@ -222,3 +222,24 @@ def test_interval_dominance_of_the_discounted_read_out_matches_the_formula(fitte
     finally:
         clf.set_params(novelty_discount=False)
     np.testing.assert_array_equal(sets, interval_dominance(ev.mass, ev.ignorance))
+
+
+def test_predict_and_the_explained_label_ignore_the_discount_even_where_r_underflows(fitted):
+    """``BetP^r = r BetP + (1 - r) / C`` keeps the argmax of ``BetP`` only in exact arithmetic:
+    an input far along a feature the rules do not gate (r ~ 1e-27 at 1e50, 0 further) got a
+    uniform discounted BetP, hence the first class, while the undiscounted label was another."""
+    clf, _, _ = fitted
+    X = _world(8, 200)[0]
+    X[:, 4] += np.repeat([1e50, 1e150, 1e300], [70, 70, 60])
+    off = clf.predict(X)
+    assert len(set(off.tolist())) > 1
+    clf.set_params(novelty_discount=True)
+    try:
+        on = clf.predict(X)
+        labels = [clf.explain(x).prediction for x in X[::20]]
+        assert clf.evidence(X).abstain.all()  # the discount still makes every such input abstain
+    finally:
+        clf.set_params(novelty_discount=False)
+    np.testing.assert_array_equal(on, off)
+    assert labels == off[::20].tolist()
+
