@@ -272,8 +272,10 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     # ------------------------------------------------------------------ inference
     def _check_X(self, X):
         check_is_fitted(self, "tree_")
-        # the parameters read at inference may be set after fit: checked when they change
-        self.tree_.derived("read_params", tuple(getattr(self, n) for n in READ_PARAMS),
+        # the parameters read at inference may be set after fit: checked when they change (by type
+        # too: ``1 == True``, but only True is a bool)
+        params = tuple((type(v), v) for v in (getattr(self, n) for n in READ_PARAMS))
+        self.tree_.derived("read_params", params,
                            lambda: check_params(self, PARAMETER_CONSTRAINTS, READ_PARAMS))
         if (type(X) is np.ndarray and X.dtype == np.float64 and X.ndim == 2 and X.shape[0] > 0
                 and X.shape[1] == self.n_features_in_ and not hasattr(self, "feature_names_in_")):

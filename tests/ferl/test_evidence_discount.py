@@ -243,3 +243,17 @@ def test_predict_and_the_explained_label_ignore_the_discount_even_where_r_underf
     np.testing.assert_array_equal(on, off)
     assert labels == off[::20].tolist()
 
+
+@pytest.mark.parametrize("valid, bad", [(True, 1), (True, 1.0), (False, 0), ("typical", np.str_("Typical"))])
+def test_a_value_equal_to_the_last_checked_one_is_still_checked(fitted, valid, bad):
+    """The inference-time check of the parameters is cached by value: ``1 == True`` let
+    ``novelty_discount=1`` (refused by ``fit``) through once ``True`` had been checked."""
+    clf, X, _ = fitted
+    clf.set_params(novelty_discount=valid)
+    try:
+        clf.evidence(X[:2])
+        clf.set_params(novelty_discount=bad)
+        with pytest.raises(ValueError, match="novelty_discount"):
+            clf.evidence(X[:2])
+    finally:
+        clf.set_params(novelty_discount=False)
