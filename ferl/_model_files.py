@@ -43,8 +43,10 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     classes = est.classes_
     meta = {
         "estimator": "FERLClassifier",
-        "params": {k: v for k, v in est.get_params().items() if k != "random_state"},
-        "random_state": est.random_state if isinstance(est.random_state, Integral) else None,
+        # numpy scalars (``np.True_`` passes the bool check, an ``np.int64`` seed) as plain JSON
+        "params": {k: v.item() if isinstance(v, np.generic) else v
+                   for k, v in est.get_params().items() if k != "random_state"},
+        "random_state": int(est.random_state) if isinstance(est.random_state, Integral) else None,
         "classes": classes.tolist(),
         "classes_dtype": classes.dtype.str if classes.dtype != object else "str",
         "feature_names": est.feature_names_,

@@ -77,6 +77,18 @@ def test_save_load_round_trip_is_identical(tmp_path, wine, variant):
     assert back.predict(X[:1])[0] in {"barolo", "grignolino", "barbera"}
 
 
+def test_numpy_scalar_parameters_are_saved_as_plain_json(tmp_path, wine):
+    """``novelty_discount=np.True_`` (a bool by the parameter check) and a numpy seed made
+    ``save`` fail: "Object of type bool is not JSON serializable"."""
+    X, y = wine
+    clf = FERLClassifier("compact", novelty_discount=np.True_, bounded_support=np.False_,
+                         random_state=np.int64(0)).fit(X, y)
+    clf.save(tmp_path / "m")
+    back = FERLClassifier.load(tmp_path / "m")
+    assert back.novelty_discount is True and back.bounded_support is False and back.random_state == 0
+    np.testing.assert_array_equal(back.evidence(X).ignorance, clf.evidence(X).ignorance)
+
+
 def test_load_detects_a_corrupted_npz(tmp_path, wine):
     X, y = wine
     FERLClassifier(random_state=0).fit(X, y).save(tmp_path)
