@@ -15,7 +15,8 @@ import pandas as pd
 
 from ferl.benchmarks.tables import markdown_table
 
-__all__ = ["DATASET_LABELS", "HEAD_LABELS", "PAPER_TABLE4", "SOURCE_LABELS", "heads_frame", "heads_markdown"]
+__all__ = ["DATASET_LABELS", "HEAD_LABELS", "PAPER_TABLE4", "SOURCE_LABELS", "discount_sentence",
+           "heads_frame", "heads_markdown"]
 
 DASH = "–"
 #: Display names of the heads (Table 4's row names).
@@ -210,3 +211,11 @@ def heads_markdown(entry: dict) -> str:
         "Maps: " + ", ".join(f"{v} {k}" for k, v in sorted(cal["map_kinds"].items())) + ".",
     ]
     return "\n".join(lines) + "\n"
+
+
+def discount_sentence(reliability: float, ignorance: float, abstain: bool, credal_set) -> str:
+    """One input's evidence with the novelty discount on (``novelty_discount=True``,
+    `ferl.evidence_discount`), as a report sentence: reliability, ignorance, credal set or abstention."""
+    verdict = "abstains" if abstain else "credal set {" + ", ".join(map(str, credal_set)) + "}"
+    return (f"with the novelty discount (`novelty_discount=True`): reliability r(x) = {reliability:.3f}, "
+            f"ignorance m(Θ) = {ignorance:.3f}, {verdict}")

@@ -36,7 +36,6 @@ import os
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,7 +127,7 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
 def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], truth: dict,
              score: float, threshold: float, kind: str, top: int) -> dict:
     ex = head.model_.explain(x, top_k=top)
-    with _discounted(head) as model:
+    with head.discounted() as model:
         on = model.explain(x, top_k=1)
     near, mask = truth[y]
     concepts = head.concept_names_
@@ -208,21 +207,10 @@ def _ranked(head: FERLHead, X: np.ndarray, k: int) -> np.ndarray:
     return np.array([[a.feature for a in row] for row in head.model_.anomalous_features(X, top_k=k)])
 
 
-@contextmanager
-def _discounted(head: FERLHead):
-    """The head's model with ``novelty_discount`` on (`ferl.evidence_discount`) inside the block."""
-    previous = head.model_.novelty_discount
-    head.model_.set_params(novelty_discount=True)  # read at inference: the same fitted model
-    try:
-        yield head.model_
-    finally:
-        head.model_.set_params(novelty_discount=previous)
-
-
 def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], label_of: np.ndarray,
                   gt: np.ndarray, gt_image: np.ndarray, top_k: Sequence[int]) -> dict:
     sets = {p: head.predict_set(X[p]) for p in ("test", "novel")}
-    with _discounted(head) as model:
+    with head.discounted() as model:
         discounted = {p: model.predict_set(X[p]).all(axis=1).mean() for p in ("test", "novel")}
     ranked = _ranked(head, X["novel"], max(top_k))
     # the same FERL head given the true concepts of the held-out images: detector errors removed

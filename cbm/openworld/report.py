@@ -20,7 +20,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sklearn.metrics import roc_curve
 
-from cbm.heads.tables import HEAD_LABELS
+from cbm.heads.tables import HEAD_LABELS, discount_sentence
 from cbm.openworld.curves import curve_figures, curves_markdown
 from ferl.benchmarks.ood import DETECTORS
 from ferl.benchmarks.tables import markdown_table
@@ -180,7 +180,7 @@ def examples_markdown(results: Sequence[dict]) -> str:
                 f"## `{ex['sample_id']}`: {ex['true_class']} (seed {r['seed']}, fold {r['fold']})", "",
                 f"- nearest retained class: {', '.join(ex['nearest_retained'])}",
                 f"- FERL predicts {ex['prediction']}, {verdict}; ignorance m(Θ) = {ex['ignorance']:.3f}",
-                _discounted_line(ex["discounted"]),
+                "- " + discount_sentence(**ex["discounted"]),
                 f"- {ex['kind']} score {ex['score']:.3g} vs threshold {ex['threshold']:.3g} (95 % of "
                 f"retained val accepted): {decision}",
                 f"- strongest rule: IF {' AND '.join(ex['top_rule']) or '(root)'}", "",
@@ -190,13 +190,6 @@ def examples_markdown(results: Sequence[dict]) -> str:
                 "", f"Ground truth ({len(ex['ground_truth'])}): {', '.join(ex['ground_truth'])}", "",
             ]
     return "\n".join(lines)
-
-
-def _discounted_line(d: dict) -> str:
-    """The example's evidence with the novelty discount on (`ferl.evidence_discount`)."""
-    verdict = "abstains" if d["abstain"] else "credal set {" + ", ".join(d["credal_set"]) + "}"
-    return (f"- with the novelty discount (`novelty_discount=True`): reliability r(x) = "
-            f"{d['reliability']:.3f}, ignorance m(Θ) = {d['ignorance']:.3f}, {verdict}")
 
 
 def roc_png(out: Path, results: Sequence[dict], detectors: Sequence[str]) -> bytes:

@@ -30,7 +30,7 @@ import numpy as np
 from jsonargparse import ArgumentParser
 
 from cbm.detector import concept_metrics
-from cbm.heads.tables import HEAD_LABELS, heads_markdown
+from cbm.heads.tables import HEAD_LABELS, discount_sentence, heads_markdown
 from cbm.jobs import console_main, phase
 from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
@@ -137,6 +137,10 @@ def _example_section(kind: str, ex: Example | None, main_head: str, written: dic
         evidence_figure(ex.explanation, ex.image, f"{ex.sample_id} (true class {ex.true_class})", ex.truth))
     lines += [f"![evidence of {ex.sample_id}](examples/{kind}_evidence.png)", "",
               ex.explanation.to_markdown(), ""]
+    if ex.discounted is not None:
+        d = ex.discounted
+        sentence = discount_sentence(d.reliability, d.ignorance, d.abstain, d.credal_set)
+        lines += [sentence[0].upper() + sentence[1:] + ".", ""]
     if ex.threshold is not None:
         decision = "**rejected as novel**" if ex.ood_score > ex.threshold else "accepted"
         lines += [f"OOD score {ex.ood_score:.3g} vs threshold {ex.threshold:.3g} (accepts 95 % of the val "

@@ -71,6 +71,9 @@ class Example:
         Those nearest training classes (empty when unknown).
     image : ndarray of shape (H, W, 3), uint8, or None
         The input image (None for feature data sets or when the data are not available).
+    discounted : ferl.explain.Explanation or None
+        The same input explained with the novelty discount on (``novelty_discount=True``,
+        `ferl.evidence_discount`): its evidence discounted by how typical the input is.
     """
 
     pick: Pick
@@ -83,6 +86,7 @@ class Example:
     truth: list[str] | None
     nearest: list[str]
     image: np.ndarray | None
+    discounted: Explanation | None = None
 
 
 def _first_by(candidates: np.ndarray, *keys: np.ndarray) -> int | None:
@@ -197,6 +201,8 @@ def explain_example(run: RunView, head_name: str, head: FERLHead, pick: Pick, in
     table = run.tables[pick.split]
     x = run.concepts(pick.split, inputs)[pick.row]
     explanation = head.model_.explain(x, top_k=top_k)
+    with head.discounted() as model:
+        discounted = model.explain(x, top_k=1)
     threshold = None
     if "val" in run.tables:
         threshold = M.fit_acceptance_threshold(head.model_.ood_score(run.concepts("val", inputs)), 0.95)
@@ -206,7 +212,7 @@ def explain_example(run: RunView, head_name: str, head: FERLHead, pick: Pick, in
     return Example(pick=pick, head=head_name, sample_id=sid, true_class=run.class_names[cls],
                    explanation=explanation, ood_score=float(explanation.ood_score), threshold=threshold,
                    truth=None if truth is None else truth[1], nearest=[] if truth is None else truth[0],
-                   image=run.image(sid))
+                   image=run.image(sid), discounted=discounted)
 
 
 def choose_and_explain(run: RunView, head_name: str = "ferl-deep", inputs: str = "calibrated",

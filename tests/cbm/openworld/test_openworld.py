@@ -152,7 +152,17 @@ def test_golden_tiny_synthetic_run(golden):
     assert "Reject: share of held-out images above the threshold that accepts 95 %" in report
     assert (out / "roc.png").read_bytes()[:4] == b"\x89PNG"
     assert len((out / "per_fold.csv").read_text().splitlines()) == 1 + 3 * len(EvalSettings().detectors)
-    assert "## `class_" in (out / "examples.md").read_text()
+    examples = (out / "examples.md").read_text()
+    assert "## `class_" in examples
+    # the discounted evidence: in every example, and as abstention with the discount (issue 14)
+    assert examples.count("- with the novelty discount (`novelty_discount=True`): reliability r(x) = ") == 3
+    assert "| abstain retained (discount) | abstain held-out (discount) |" in report
+    assert "| FERL-deep (ignorance-discounted) |" in report
+    for r in run["results"]:
+        head = r["heads"]["ferl-deep"]
+        assert head["abstain_novel_discounted"] >= head["abstain_novel"]  # the credal set only grows
+        assert head["abstain_test_discounted"] >= head["abstain_test"]
+        assert r["ood"]["ferl-deep:ignorance-discounted"]["auroc"] > r["ood"]["ferl-deep:ignorance"]["auroc"]
 
 
 def simulated_tables(world, fold, noise: float, rng) -> dict[str, ConceptTable]:

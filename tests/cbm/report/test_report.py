@@ -50,6 +50,12 @@ def test_tiny_demo_report_has_every_section(tiny):
     assert "Prediction:" in text and "**Anomalous attributes**" in text
     assert ("credal set holds exactly two classes" in text) != ("no such example to show" in text)
     assert "was never seen in training; its nearest training class is" in text
+    # every example with its evidence under the novelty discount (issue 14): r(x) in [0, 1]
+    discounted = re.findall(r"With the novelty discount \(`novelty_discount=True`\): reliability r\(x\) = "
+                            r"([0-9.]+), ignorance m\(Θ\) = ([0-9.]+), (abstains|credal set \{[^}]+\})", text)
+    assert len(discounted) == text.count("Prediction:")
+    assert all(0 <= float(r) <= 1 and 0 <= float(m) <= 1 for r, m, _ in discounted)
+    assert "| FERL-deep (ignorance-discounted) |" in text
     hits = re.search(r"anomalous attributes, (\d+) (is|are) among these", text)
     assert hits and (hits[2] == "is") == (hits[1] == "1")  # "1 is", "0 are", "2 are"
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
