@@ -55,9 +55,13 @@ novelty use ``ood_score``; the discount makes the credal set and the abstention 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
-__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "fit_discount", "reliability_curve", "typical_reliability"]
+__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "discounting", "fit_discount", "reliability_curve",
+           "typical_reliability"]
 
 #: Quantiles of the cross-fitted reference ``"typical"`` scores where the reliability starts to fall
 #: fast and where it halves (chosen in the module docstring).
@@ -117,3 +121,23 @@ def typical_reliability(score: np.ndarray, discount: np.ndarray) -> np.ndarray:
         ``(tau, lambda)`` of `fit_discount` (`ferl.prototypes.RulePrototypes.discount`).
     """
     return reliability_curve(score, float(discount[0]), float(discount[1]), DISCOUNT_SLOPE)
+
+
+@contextmanager
+def discounting(model) -> Iterator:
+    """``model`` (a fitted `ferl.FERLClassifier`) with ``novelty_discount=True`` inside the block, its
+    own setting back after it: the parameter is read at inference, so this is the same fitted model.
+
+    Raises
+    ------
+    AttributeError
+        ``model`` has no ``novelty_discount`` parameter.
+    """
+    if "novelty_discount" not in model.get_params():
+        raise AttributeError(f"{type(model).__name__} has no novelty_discount")
+    previous = model.novelty_discount
+    model.set_params(novelty_discount=True)
+    try:
+        yield model
+    finally:
+        model.set_params(novelty_discount=previous)

@@ -8,8 +8,7 @@ with an explicit list of trusted types; none uses pickle, and predictions after
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import numpy as np
 import skops.io as sio
@@ -104,17 +103,6 @@ class FERLHead(ConceptHead):
     def predict_set(self, X: np.ndarray, concept_names: Sequence[str] | None = None) -> np.ndarray:
         """Interval-dominance credal sets, bool ndarray of shape (n, C); all True = abstention."""
         return self.model_.predict_set(self._check_X(X, concept_names))
-
-    @contextmanager
-    def discounted(self) -> Iterator[FERLClassifier]:
-        """The fitted model with ``novelty_discount=True`` inside the block (`ferl.evidence_discount`;
-        read at inference: the same fitted model), its own setting back after it."""
-        previous = self.model_.novelty_discount
-        self.model_.set_params(novelty_discount=True)
-        try:
-            yield self.model_
-        finally:
-            self.model_.set_params(novelty_discount=previous)
 
     def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "leaf",
                           fitted_on: str = "val") -> dict:

@@ -56,6 +56,7 @@ from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_tru
 from cbm.openworld.settings import EvalSettings, check_keep_checkpoints, prune_checkpoints
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, ferl_score
+from ferl.evidence_discount import discounting
 from ferl.persist import StepWriter, atomic_write_bytes, folder_lock
 
 __all__ = [
@@ -127,7 +128,7 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
 def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], truth: dict,
              score: float, threshold: float, kind: str, top: int) -> dict:
     ex = head.model_.explain(x, top_k=top)
-    with head.discounted() as model:
+    with discounting(head.model_) as model:
         on = model.explain(x, top_k=1)
     near, mask = truth[y]
     concepts = head.concept_names_
@@ -210,7 +211,7 @@ def _ranked(head: FERLHead, X: np.ndarray, k: int) -> np.ndarray:
 def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], label_of: np.ndarray,
                   gt: np.ndarray, gt_image: np.ndarray, top_k: Sequence[int]) -> dict:
     sets = {p: head.predict_set(X[p]) for p in ("test", "novel")}
-    with head.discounted() as model:
+    with discounting(head.model_) as model:
         discounted = {p: model.predict_set(X[p]).all(axis=1).mean() for p in ("test", "novel")}
     ranked = _ranked(head, X["novel"], max(top_k))
     # the same FERL head given the true concepts of the held-out images: detector errors removed

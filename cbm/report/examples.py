@@ -18,6 +18,7 @@ import numpy as np
 from cbm.heads import FERLHead
 from cbm.report.run import RunView
 from ferl import metrics as M
+from ferl.evidence_discount import discounting
 from ferl.explain import Explanation
 
 __all__ = ["EXAMPLE_KINDS", "Example", "Pick", "choose_and_explain", "explain_example", "find_sample",
@@ -201,7 +202,7 @@ def explain_example(run: RunView, head_name: str, head: FERLHead, pick: Pick, in
     table = run.tables[pick.split]
     x = run.concepts(pick.split, inputs)[pick.row]
     explanation = head.model_.explain(x, top_k=top_k)
-    with head.discounted() as model:
+    with discounting(head.model_) as model:
         discounted = model.explain(x, top_k=1)
     threshold = None
     if "val" in run.tables:

@@ -26,6 +26,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from ferl import metrics as M
 from ferl.benchmarks.protocol import FoldData
+from ferl.evidence_discount import discounting
 
 __all__ = [
     "ferl_score",
@@ -215,11 +216,5 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
     """
     if kind != DISCOUNTED:
         return model.ood_score(X, kind=kind)
-    if "novelty_discount" not in model.get_params():
-        raise AttributeError(f"{type(model).__name__} has no novelty_discount")
-    previous = model.novelty_discount
-    model.set_params(novelty_discount=True)  # read at inference: the same fitted model
-    try:
+    with discounting(model):
         return model.ood_score(X, kind="ignorance")
-    finally:
-        model.set_params(novelty_discount=previous)
