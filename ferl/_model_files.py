@@ -105,7 +105,7 @@ def load_classifier(cls, path: str | os.PathLike):
         setattr(tree, k, arrays[f"tree_{k}"])
     _check_loaded(path, est, tree, meta, arrays)
     est.leaf_gaussians_ = _load_leaf_gaussians(path, tree, meta["n_features_in"], arrays)
-    est.rule_prototypes_ = _load_prototypes(path, int(tree.is_leaf.sum()), arrays)
+    est.rule_prototypes_ = _load_prototypes(path, int(tree.is_leaf.sum()), meta["n_features_in"], arrays)
     est.tree_ = tree
     est.n_rules_ = int(tree.is_leaf.sum())
     est.evidence_nodes_ = fitted_nodes
@@ -231,15 +231,16 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
                             for k, v in fields.items()}, cov=cov)
 
 
-def _load_prototypes(path, n_leaves: int, arrays: dict) -> RulePrototypes:
+def _load_prototypes(path, n_leaves: int, n_features: int, arrays: dict) -> RulePrototypes:
     """Rebuild the rule prototypes; ValueError for missing arrays or a hand-edited file (the index
     not increasing leaf positions, the reference not two sorted rows of finite scores >= 0, the
-    discount not a finite ``(tau >= 0, lambda > 0)``)."""
+    discount not a finite ``(tau >= 0, lambda > 0)``, the unit not ``n_features`` finite values
+    ``> 0``)."""
     names = [f"prototype_{k}" for k in RulePrototypes.SAVED_FIELDS]
     if missing := [k for k in names if k not in arrays]:
         raise ValueError(f"{path} lacks the rule prototype arrays {missing} (a model saved by an older "
                          f"version); refit and save the model again")
-    index, reference, discount = (arrays[k] for k in names)
+    index, reference, discount, unit = (arrays[k] for k in names)
     if (index.ndim != 1 or index.size == 0 or index.dtype.kind != "i" or index.min() < 0
             or index.max() >= n_leaves or (np.diff(index) <= 0).any()):
         _corrupted(path, "the prototype index is not increasing positions of the tree's leaves")
@@ -250,7 +251,11 @@ def _load_prototypes(path, n_leaves: int, arrays: dict) -> RulePrototypes:
     if (discount.shape != (2,) or discount.dtype.kind != "f" or not np.isfinite(discount).all()
             or discount[0] < 0 or discount[1] <= 0):
         _corrupted(path, "the evidence discount is not a finite (tau >= 0, lambda > 0)")
-    return RulePrototypes(index.astype(np.int64), reference.astype(np.float64), discount.astype(np.float64))
+    if (unit.shape != (n_features,) or unit.dtype.kind != "f" or not np.isfinite(unit).all()
+            or (unit <= 0).any()):
+        _corrupted(path, f"the prototype unit is not {n_features} finite feature ranges > 0")
+    return RulePrototypes(index.astype(np.int64), reference.astype(np.float64), discount.astype(np.float64),
+                          unit.astype(np.float64))
 
 
 def _corrupted(path, problem: str):

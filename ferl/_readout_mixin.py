@@ -155,7 +155,7 @@ class ReadoutMixin:
 
         ``kind``: "typical" (default: the tails of the "leaf" score and of the prototype distance
         among the training rows' in-sample scores, summed by Fisher's method, `ferl.prototypes`),
-        "prototype" (L1 distance to the nearest rule prototype, in training standard deviations),
+        "prototype" (L1 distance to the nearest rule prototype, in training ranges),
         "leaf" (the leaf Gaussians' negative log-likelihood per feature plus
         ``LEAF_RESIDUAL`` times the paper's residual plus ``log(1 + eps) - log(eps + firing)``),
         "nll" (the same with half the residual), "combined" (``residual / 2`` plus that

@@ -13,31 +13,30 @@ paper by the leaf Gaussians of `ferl.typicality`. Three signals:
   feature ``f`` is where the tree was not looking (`feature_anomaly`, `residual`).
 * **Near-OOD, leaf Gaussians (``leaf`` and ``nll``, beyond the paper).** Every leaf's
   full-covariance Gaussian over all features (`ferl.typicality`): ``T(x) = sum_l phi0_l(x)
-  nll_l(x)``, the leaf negative log-likelihood averaged over the rules the input reaches. It sees
-  correlations (a novel class that breaks them while every feature stays in range) that the
-  diagonal residual cannot.
+  nll_l(x)``, the leaf negative log-likelihood averaged over the rules the input reaches: it sees
+  correlations (broken while every feature stays in range) that the diagonal residual cannot.
 
-The residual averages over **all** nodes weighted by the firing ``phi0_o(x)`` with the gates off
-(defined far off the support too); on 10 KEEL sets (leave-one-class-out, 3 seeds, FERL-deep) it
-reached a mean AUROC of 0.762 where a leaves-only version reached 0.741.
+The residual averages over **all** nodes by the ungated firing ``phi0_o(x)`` (defined far off the
+support too): 0.762 AUROC on 10 KEEL sets (leave-one-class-out) where leaves only reached 0.741.
 
-**The default score, ``typical``** (`ferl.prototypes`): the tails of the ``leaf`` score and of the
-distance to the nearest rule prototype among the training rows' scores, summed by Fisher's method.
+**The default, ``typical``** (`ferl.prototypes`): the tails of the ``leaf`` score and of the nearest
+rule prototype's distance among the training rows' scores, summed by Fisher's method.
 
 **``leaf``** = ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps + firing(x))``, nats: the leaf
-Gaussians' negative log-likelihood per feature, a quarter of the paper's residual and the negative
-log of the routing mass that reaches the leaves (geometric novelty). The weight of ``R`` was chosen
-by leave-one-class-out on the *calibration* parts of the tabular benchmark's folds (never the test
-folds: ``python scripts/bench_novelty.py --datasets multiclass --seeds 0,1,2,3,4 --studies
-select``, 14 multiclass KEEL sets x 5 folds, up to 4 held-out classes each, FERL-deep) and on the
-synthetic open world (12 folds, ``scripts/bench_openworld_novelty.py``); mean AUROC (KEEL std,
-worst set) for ``R`` weights 1/2 (``nll``) / 1/4 / 1/8 / 0: KEEL 83.4 (11.6, 57.8) / **83.6** (12.0,
-57.5) / 83.5 (12.4, 57.0) / 83.3 (12.9, 56.9), kNN 80.5; synthetic 89.88 / 89.89 / 89.90 / 89.70.
-CUB-50 (frozen EfficientNet-Lite0, 15 folds, kNN 68.9), measured after: 66.7 / 67.7 / 68.4 / 69.2.
-Without ``R`` the leaf term loses most on correlated pixels (satimage 80.6 -> 76.0) and yeast. The
-former default ``nll`` was chosen the same way with the tree-chain leaf covariances (``T / d + R /
-2`` 82.4, ``T`` alone 81.6, kNN 78.7, ``R`` alone 77.4). Scaling the two terms by their cross-fitted
-training spreads ranked 0.6 lower; a Gaussian-mixture density over the leaves within 0.5.
+Gaussians' negative log-likelihood per feature, a share of the paper's residual (none by default)
+and the negative log of the routing mass reaching the leaves (geometric novelty). The ``R`` weight
+was first chosen for ``leaf`` alone by leave-one-class-out on the *calibration* parts of the
+tabular benchmark's folds (never the test folds; ``python scripts/bench_novelty.py --datasets
+multiclass --seeds 0,1,2,3,4 --studies select``, 14 multiclass KEEL sets x 5 folds, FERL-deep) and
+on the synthetic open world (12 folds); mean AUROC (KEEL std, worst set) for weights 1/2 (``nll``)
+/ 1/4 / 1/8 / 0: KEEL 83.4 (11.6, 57.8) / **83.6** (12.0, 57.5) / 83.5 (12.4, 57.0) / 83.3 (12.9,
+56.9), kNN 80.5; synthetic 89.88 / 89.89 / 89.90 / 89.70; CUB-50 (frozen Lite0, kNN 68.9) 66.7 /
+67.7 / 68.4 / 69.2. As a term of the default ``typical`` it is 0: on the KEEL calibration parts
+(``python scripts/study_typical.py --keel``) ``typical`` reached 82.43 with 0 against 82.26 with
+1/4, CUB-50 68.63 against 67.58, synthetic 92.29 against 92.36 (the prototype distance in sds).
+Without ``R`` the leaf term loses most on correlated pixels (satimage 80.6 -> 76.0) and yeast.
+The former default ``nll`` (``T / d + R / 2``) was chosen the same way; scaling the two terms by
+their cross-fitted spreads ranked 0.6 lower, a Gaussian mixture over the leaves within 0.5.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ OOD_KINDS = ("typical", "leaf", "nll", "combined", "residual", "ignorance", "fir
 #: Kinds whose score `Novelty.feature_scores` splits over the features.
 DECOMPOSED_KINDS = ("typical", "leaf", "nll", "combined", "residual", "prototype")
 #: Weight of the free-feature residual ``R`` in the ``"leaf"`` score (module docstring: how chosen).
-LEAF_RESIDUAL = 0.25
+LEAF_RESIDUAL = 0.0
 #: Weight of the residual ``R`` in each kind that holds it.
 RESIDUAL_WEIGHT = {"leaf": LEAF_RESIDUAL, "nll": 0.5, "combined": 0.5, "residual": 1.0}
 #: Kinds that hold the leaf Gaussians' term ``T / d``.
@@ -248,8 +247,9 @@ class Novelty:
         * ``"typical"`` (default): ``t_leaf + t_D`` (`ferl.prototypes`); ``"prototype"``: ``D(x)``.
         * ``"leaf"``: ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps +
           firing(x))``, eps = `FIRING_EPS`, ``d`` the number of features: the leaf Gaussians'
-          negative log-likelihood per feature, a share of the paper's residual and the negative log
-          of the routing mass reaching the leaves, in nats, ``>= 0`` (module docstring: how chosen).
+          negative log-likelihood per feature, a share of the paper's residual (none by default) and
+          the negative log of the routing mass reaching the leaves, in nats, ``>= 0`` (how chosen:
+          module docstring).
         * ``"nll"``: ``T(x) / d + R(x) / 2 + log(1 + eps) - log(eps + firing(x))`` (the former default).
         * ``"combined"``: ``R(x) / 2 + log(1 + eps) - log(eps + firing(x))`` (the former default).
         * ``"residual"``: ``R(x)``, the paper's residual (eq. 3).

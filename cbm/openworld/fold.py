@@ -73,8 +73,9 @@ __all__ = [
 #: 5: ``train_concepts`` (the heads' training vectors: cross-fitted or in-sample), FERL heads with the
 #: novelty discount and the leaf-Gaussian ``nll`` score; 6: the ``leaf`` score, pooled leaf covariances;
 #: 7: the ``typical`` and ``prototype`` scores (`ferl.prototypes`); 8: the ``typical`` novelty
-#: discount (`ferl.evidence_discount`): abstention and examples with it on.
-RESULT_VERSION = 8
+#: discount (`ferl.evidence_discount`): abstention and examples with it on; 9: ``typical`` with the leaf
+#: term without the paper's residual and the prototype distance in training ranges.
+RESULT_VERSION = 9
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 

@@ -202,6 +202,9 @@ def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
     np.testing.assert_allclose(wine_deep.ood_score(Z, "nll"), leaf + combined, rtol=1e-12)
     default = leaf + LEAF_RESIDUAL * residual + firing_term
     np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), default, rtol=1e-12)
+    # as a term of "typical" the leaf score carries none of the paper's residual (ferl.novelty)
+    assert (residual > 0).all()
+    np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), leaf + firing_term, rtol=1e-12)
     leaf_ref, distance_ref = wine_deep.rule_prototypes_.reference  # default: "typical"
     typical = tail_nats(leaf_ref, default) + tail_nats(distance_ref, wine_deep.ood_score(Z, "prototype"))
     np.testing.assert_allclose(wine_deep.ood_score(Z), typical, rtol=1e-12)

@@ -12,20 +12,47 @@ from ferl import FERLClassifier, persist, prototypes
 from ferl.metrics import ood_auroc
 from ferl.novelty import analyse
 from ferl.prototypes import MIN_SUPPORT, nearest_prototype, prototype_distance, tail_nats
-from ferl.typicality import standardise
 
 
-def test_the_prototype_distance_is_the_l1_distance_to_the_nearest_supported_leaf_mean(wine_deep, wine):
-    _, X_te, _, _ = wine
-    leaves, index = wine_deep.leaf_gaussians_, wine_deep.rule_prototypes_.index
-    U = standardise(X_te, leaves.center, leaves.scale)
-    brute = np.abs(U[:, None, :] - leaves.mean[index][None]).sum(axis=2)
-    distance, nearest = nearest_prototype(X_te, leaves, index)
-    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-12)  # float32 search, exact nearest
+def test_the_prototype_distance_is_the_l1_distance_in_ranges_to_the_nearest_leaf_mean(wine_deep, wine):
+    X_tr, X_te, _, _ = wine
+    leaves, P = wine_deep.leaf_gaussians_, wine_deep.rule_prototypes_
+    index, unit = P.index, P.unit
+    span = X_tr.max(axis=0) - X_tr.min(axis=0)  # the raw training ranges
+    np.testing.assert_allclose(unit, span / leaves.scale, rtol=1e-12)
+    raw_means = leaves.center + leaves.scale * leaves.mean[index]
+    brute = (np.abs(X_te[:, None, :] - raw_means[None]) / span).sum(axis=2)
+    distance, nearest = nearest_prototype(X_te, leaves, index, unit)
+    np.testing.assert_allclose(distance, brute.min(axis=1), rtol=1e-9)  # float32 search, exact nearest
     np.testing.assert_array_equal(nearest, brute.argmin(axis=1))
-    np.testing.assert_allclose(distance, brute[np.arange(len(brute)), nearest], rtol=1e-12)
-    np.testing.assert_allclose(prototype_distance(X_te, leaves, index)[0].sum(axis=1), distance, rtol=1e-12)
+    np.testing.assert_allclose(distance, brute[np.arange(len(brute)), nearest], rtol=1e-9)
+    parts = prototype_distance(X_te, leaves, index, unit)[0]
+    np.testing.assert_allclose(parts.sum(axis=1), distance, rtol=1e-12)
     np.testing.assert_allclose(wine_deep.ood_score(X_te, "prototype"), distance, rtol=1e-12)
+
+
+def test_a_change_across_a_features_whole_training_range_counts_one_whatever_its_spread(wine_deep, wine):
+    """The unit is the training range, not the standard deviation: a near-binary concept that flips
+    counts as much as a wide continuous feature moved from its minimum to its maximum."""
+    X_tr = wine[0]
+    leaves, P = wine_deep.leaf_gaussians_, wine_deep.rule_prototypes_
+    first = P.index[:1]
+    x = (leaves.center + leaves.scale * leaves.mean[first])  # at the first prototype: distance 0
+    span = X_tr.max(axis=0) - X_tr.min(axis=0)
+    for f in (int(np.argmin(leaves.scale)), int(np.argmax(leaves.scale))):
+        for t in (0.5, 1.0, 3.0):
+            moved = x.copy()
+            moved[0, f] += t * span[f]
+            np.testing.assert_allclose(nearest_prototype(moved, leaves, first, P.unit)[0], [t], rtol=1e-9)
+
+
+def test_feature_ranges_are_standardised_ranges_of_the_positive_weight_rows_and_one_when_constant():
+    leaves = SimpleNamespace(center=np.array([1.0, 0.0, 5.0]), scale=np.array([2.0, 0.5, 1.0]))
+    X = np.array([[0.0, 1.0, 5.0], [4.0, -1.0, 5.0], [100.0, 9.0, 5.0]])
+    got = prototypes.feature_ranges(leaves, X, np.array([1.0, 1.0, 0.0]))  # the last row has no weight
+    np.testing.assert_allclose(got, [4.0 / 2.0, 2.0 / 0.5, 1.0])
+    huge = prototypes.feature_ranges(leaves, np.array([[-1e308, 0.0, 5.0], [1e308, 1.0, 5.0]]), np.ones(2))
+    assert np.isfinite(huge).all() and huge[0] > 0  # clipped like the standardised inputs
 
 
 def test_only_leaves_with_enough_training_rows_are_prototypes(wine_deep, wine):
@@ -142,7 +169,8 @@ def test_typical_splits_over_the_features_and_is_the_default(wine_deep, wine):
     ranked = wine_deep.anomalous_features(Z, None)
     np.testing.assert_allclose([sum(a.score for a in r) for r in ranked], typical, rtol=1e-9)
     # t_D is shared out like the prototype deviations, t_leaf like the leaf score
-    parts = prototype_distance(Z, wine_deep.leaf_gaussians_, wine_deep.rule_prototypes_.index)[0]
+    P = wine_deep.rule_prototypes_
+    parts = prototype_distance(Z, wine_deep.leaf_gaussians_, P.index, P.unit)[0]
     leaf = novelty.feature_scores("leaf")
     t_leaf, t_d = novelty.tails.T
     assert (t_d > 0).sum() > len(Z) // 2
@@ -183,6 +211,10 @@ def _resaved(tmp_path, model, edit):
      "prototype reference"),
     (lambda a: a["prototype_reference"].__setitem__((0, 0), np.nan), "prototype reference"),
     (lambda a: a.__setitem__("prototype_reference", a["prototype_reference"] - 100.0), "prototype reference"),
+    (lambda a: a.pop("prototype_unit"), r"lacks the rule prototype arrays \['prototype_unit'\].*refit"),
+    (lambda a: a["prototype_unit"].__setitem__(0, 0.0), "prototype unit"),
+    (lambda a: a["prototype_unit"].__setitem__(0, np.inf), "prototype unit"),
+    (lambda a: a.__setitem__("prototype_unit", a["prototype_unit"][:-1].copy()), "prototype unit"),
 ])
 def test_loading_refuses_missing_or_edited_prototypes(tmp_path, wine_deep, edit, message):
     with pytest.raises(ValueError, match=message):
@@ -220,6 +252,6 @@ def test_the_nearest_prototype_is_exact_where_float32_cannot_tell_the_prototypes
     X = np.array([[far, 0.0], [far, 0.25]])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        distance, nearest = nearest_prototype(X, leaves, np.array([0, 1]))
+        distance, nearest = nearest_prototype(X, leaves, np.array([0, 1]), np.ones(2))
     np.testing.assert_array_equal(nearest, [1, 1])
     np.testing.assert_array_equal(distance, [0.0, 0.25])
