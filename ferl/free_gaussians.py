@@ -28,7 +28,8 @@ MIN_VARIANCE = np.finfo(np.float64).tiny / VAR_FLOOR
 def weighted_moments(X, sw, shift, unit, total):
     """Weighted mean and standard deviation per feature of ``V = (X - shift) / unit``, without a
     copy of ``X``: the values of ``np.average(V, axis=0, weights=sw)`` and ``sqrt(np.average((V -
-    mean) ** 2, axis=0, weights=sw))``, bit for bit (rows summed in order, as numpy reduces axis 0).
+    mean) ** 2, axis=0, weights=sw))``, bit for bit (rows summed in order, as numpy reduces axis 0),
+    except that rows of weight 0 are skipped (numpy gives NaN where such a row's value overflows).
 
     Parameters
     ----------
@@ -45,11 +46,15 @@ def weighted_moments(X, sw, shift, unit, total):
     n, d = X.shape
     acc = np.zeros(d)
     for i in range(n):
+        if sw[i] == 0.0:  # adds nothing, but 0 * inf (a huge value of weight 0) is NaN
+            continue
         for f in range(d):
             acc[f] += (X[i, f] - shift[f]) / unit[f] * sw[i]
     mean = acc / total
     acc[:] = 0.0
     for i in range(n):
+        if sw[i] == 0.0:
+            continue
         for f in range(d):
             z = (X[i, f] - shift[f]) / unit[f] - mean[f]
             acc[f] += z * z * sw[i]
@@ -69,6 +74,8 @@ def _node_sums(start, count, rows, phi0, sw, X, center, scale):
         for q in range(start[o], start[o] + count[o]):
             r = rows[q]
             w = phi0[q] * sw[r]
+            if w == 0.0:  # adds nothing, but 0 * inf (a huge value of weight 0) is NaN
+                continue
             s0[o] += w
             for f in range(d):
                 z = (X[r, f] - center[f]) / scale[f]

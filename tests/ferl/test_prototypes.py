@@ -255,3 +255,23 @@ def test_the_nearest_prototype_is_exact_where_float32_cannot_tell_the_prototypes
         distance, nearest = nearest_prototype(X, leaves, np.array([0, 1]), np.ones(2))
     np.testing.assert_array_equal(nearest, [1, 1])
     np.testing.assert_array_equal(distance, [0.0, 0.25])
+
+
+@pytest.mark.parametrize("huge", [1e300, np.finfo(np.float64).max])
+def test_rows_of_weight_zero_holding_huge_values_change_neither_the_unit_nor_the_scores(huge):
+    """Their weight 0 times an overflowed square (inf) was NaN in the standardisation's and the free
+    Gaussians' sums: fit raised ("standardise needs ... a finite, positive scale")."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 4))
+    y = (X[:, 0] > 0).astype(int)
+    Z = np.array([[huge, -huge, 0.5, 0.0], [-huge, huge, 0.0, -huge]])
+    sw = np.r_[np.ones(40), 0.0, 0.0, np.ones(40)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        a = FERLClassifier("compact", random_state=0).fit(np.vstack([X[:40], Z, X[40:]]),
+                                                          np.r_[y[:40], 0, 1, y[40:]], sample_weight=sw)
+    b = FERLClassifier("compact", random_state=0).fit(X, y)
+    np.testing.assert_array_equal(a.rule_prototypes_.unit, b.rule_prototypes_.unit)
+    probe = np.vstack([X[:5], Z])
+    for kind in ("typical", "prototype", "leaf", "residual"):
+        np.testing.assert_array_equal(a.ood_score(probe, kind), b.ood_score(probe, kind))
