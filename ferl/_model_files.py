@@ -235,7 +235,7 @@ def _load_prototypes(path, n_leaves: int, n_features: int, arrays: dict) -> Rule
     """Rebuild the rule prototypes; ValueError for missing arrays or a hand-edited file (the index
     not increasing leaf positions, the reference not two sorted rows of finite scores >= 0, the
     discount not a finite ``(tau >= 0, lambda > 0)``, the unit not ``n_features`` finite values
-    ``> 0``)."""
+    ``>= 1``)."""
     names = [f"prototype_{k}" for k in RulePrototypes.SAVED_FIELDS]
     if missing := [k for k in names if k not in arrays]:
         raise ValueError(f"{path} lacks the rule prototype arrays {missing} (a model saved by an older "
@@ -252,8 +252,8 @@ def _load_prototypes(path, n_leaves: int, n_features: int, arrays: dict) -> Rule
             or discount[0] < 0 or discount[1] <= 0):
         _corrupted(path, "the evidence discount is not a finite (tau >= 0, lambda > 0)")
     if (unit.shape != (n_features,) or unit.dtype.kind != "f" or not np.isfinite(unit).all()
-            or (unit <= 0).any()):
-        _corrupted(path, f"the prototype unit is not {n_features} finite feature ranges > 0")
+            or (unit < 1).any()):  # below 1 (fit gives >= 2, or 1), in-range inputs could overflow
+        _corrupted(path, f"the prototype unit is not {n_features} finite feature ranges >= 1")
     return RulePrototypes(index.astype(np.int64), reference.astype(np.float64), discount.astype(np.float64),
                           unit.astype(np.float64))
 

@@ -99,7 +99,7 @@ class RulePrototypes:
     discount : ndarray of shape (2,), float64
         ``(tau, lambda)`` of the evidence discount (`ferl.evidence_discount.fit_discount`), from the
         cross-fitted ``"typical"`` scores of the reference rows; ``tau >= 0``, ``lambda > 0``.
-    unit : ndarray of shape (n_features,), float64 > 0, finite
+    unit : ndarray of shape (n_features,), float64 >= 1, finite
         Each feature's training range in standardised units (`feature_ranges`): the prototype
         distance's unit.
     """

@@ -214,6 +214,9 @@ def _resaved(tmp_path, model, edit):
     (lambda a: a.pop("prototype_unit"), r"lacks the rule prototype arrays \['prototype_unit'\].*refit"),
     (lambda a: a["prototype_unit"].__setitem__(0, 0.0), "prototype unit"),
     (lambda a: a["prototype_unit"].__setitem__(0, np.inf), "prototype unit"),
+    # below 1 (fit gives >= 2 or 1): 5e-324 made the distances NaN, and tail_nats crashed on them
+    (lambda a: a["prototype_unit"].__setitem__(0, 5e-324), "prototype unit"),
+    (lambda a: a["prototype_unit"].__setitem__(0, 0.5), "prototype unit"),
     (lambda a: a.__setitem__("prototype_unit", a["prototype_unit"][:-1].copy()), "prototype unit"),
 ])
 def test_loading_refuses_missing_or_edited_prototypes(tmp_path, wine_deep, edit, message):
