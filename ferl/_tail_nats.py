@@ -22,7 +22,7 @@ def tail_nats(reference: np.ndarray, scores: np.ndarray) -> np.ndarray:
 
     Returns
     -------
-    ndarray of shape (n,), float64 >= 0, finite for finite scores
+    ndarray of shape (n,), float64 >= 0, finite for finite or infinite scores, NaN for NaN
         ``-log((1 + #{ref >= s - 1e-9 max(|s|, 1)}) / (m + 1))`` (`ROUND_OFF`), plus
         ``log(1 + (s - ref[-1]) / lambda)`` above the largest reference score
         (``lambda = ref[-1] - median(ref)``; 1 when that is 0).
@@ -48,9 +48,12 @@ def _tail(reference, scores, lam):
     out = np.empty(scores.size)
     for i in range(scores.size):
         s = scores[i]
+        if s != s:  # NaN has no place among the references (int(NaN) indexed out of bounds)
+            out[i] = s
+            continue
         # a reference score counts from a relative 1e-9 below it, so that a training row read out
-        # by another path (sums in another order) finds itself in the reference
-        t = s - ROUND_OFF * max(abs(s), 1.0)
+        # by another path (sums in another order) finds itself in the reference (inf - inf is NaN)
+        t = s - ROUND_OFF * max(abs(s), 1.0) if abs(s) <= big else s
         if t <= low:
             at = 0
         elif t > top:

@@ -260,6 +260,16 @@ def test_the_nearest_prototype_is_exact_where_float32_cannot_tell_the_prototypes
     np.testing.assert_array_equal(distance, [0.0, 0.25])
 
 
+
+def test_tail_nats_of_an_infinite_or_nan_score_does_not_read_out_of_bounds():
+    """``s - 1e-9 |s|`` is NaN for ``s = inf``, and NaN's cell ``int(NaN)`` indexed out of bounds:
+    the interpreter died (bus error), as it did on a loaded model whose hand-edited unit made the
+    distances NaN."""
+    ref = np.sort(np.random.default_rng(0).normal(size=50))
+    nats = tail_nats(ref, np.array([np.inf, np.nan, -np.inf, 1e308]))
+    assert np.isfinite(nats[[0, 2, 3]]).all() and nats[0] > nats[3] > np.log(51) and nats[2] == 0
+    assert np.isnan(nats[1])
+
 @pytest.mark.parametrize("huge", [1e300, np.finfo(np.float64).max])
 def test_rows_of_weight_zero_holding_huge_values_change_neither_the_unit_nor_the_scores(huge):
     """Their weight 0 times an overflowed square (inf) was NaN in the standardisation's and the free
