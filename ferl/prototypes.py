@@ -17,7 +17,7 @@ the attribute is rare or common (in standard deviations a rare one, p = 0.05, co
 balanced one counted 2, and on real concept vectors the rare attributes are the detector's
 noisiest); chosen on the KEEL calibration parts (``typical`` 82.43 -> 82.54, see the table's
 (2)), with CUB-50 68.63 -> 69.21 and the synthetic world 92.29 -> 92.09 (standard deviations ->
-ranges, the leaf term without the residual in both; ``python scripts/study_prototype_units.py``).
+ranges, the leaf term without the residual in both; ``python scripts/study_typical.py``).
 
 **The ``"typical"`` score** combines it with the leaf Gaussians' ``"leaf"`` score
 (`ferl.novelty`) by Fisher's method: each is turned into the negative log of its upper tail
