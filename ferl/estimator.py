@@ -257,7 +257,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         # read out directly: `ood_score` would validate the rows again, and warn that an ndarray
         # lacks the feature names of a DataFrame fitted on
         self.rule_prototypes_ = fit_rule_prototypes(
-            self.leaf_gaussians_, fired, X, sw,
+            self.leaf_gaussians_, fired, X, sw, self.feature_range_,
             lambda rows: self._reference_scores(X[rows], crossfit_term[rows]))
         return self
 

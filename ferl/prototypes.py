@@ -114,7 +114,7 @@ class RulePrototypes:
 
 
 def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sample_weight: np.ndarray,
-                        leaf_score) -> RulePrototypes:
+                        feature_range: np.ndarray, leaf_score) -> RulePrototypes:
     """The prototypes and reference scores of a fitted tree (module docstring).
 
     Parameters
@@ -125,6 +125,9 @@ def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sam
     X : ndarray of shape (n_samples, n_features), float64, finite
         The training inputs.
     sample_weight : ndarray of shape (n_samples,), float64 >= 0, some > 0
+    feature_range : ndarray of shape (n_features, 2), float64
+        Each feature's minimum and maximum over the rows of positive weight (the fitted model's
+        ``feature_range_``).
     leaf_score : callable
         ``leaf_score(rows)``: the fitted model's in-sample and cross-fitted ``"leaf"`` OOD scores
         of the training rows ``X[rows]`` (two arrays of shape (len(rows),)).
@@ -134,7 +137,7 @@ def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sam
     RulePrototypes
     """
     index = fit_prototype_support(leaves, fired, sample_weight)
-    unit = feature_ranges(leaves, X, sample_weight)
+    unit = feature_ranges(leaves, feature_range)
     rows = reference_rows(sample_weight)
     in_sample, cross_fitted = leaf_score(rows)
     distance = nearest_prototype(X[rows], leaves, index, unit)[0]
@@ -142,15 +145,16 @@ def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sam
     return RulePrototypes(index, reference, fit_discount(_typical(reference, cross_fitted, distance)), unit)
 
 
-def feature_ranges(leaves: LeafGaussians, X: np.ndarray, sample_weight: np.ndarray) -> np.ndarray:
-    """Each feature's range over the training rows of positive weight, in standardised units.
+def feature_ranges(leaves: LeafGaussians, feature_range: np.ndarray) -> np.ndarray:
+    """Each feature's training range in standardised units.
 
     Parameters
     ----------
     leaves : LeafGaussians
-        Its ``center`` and ``scale`` standardise ``X`` (`ferl.typicality.standardise`).
-    X : ndarray of shape (n_samples, n_features), float64, finite
-    sample_weight : ndarray of shape (n_samples,), float64 >= 0, some > 0
+        Its ``center`` and ``scale`` standardise the range (`ferl.typicality.standardise`).
+    feature_range : ndarray of shape (n_features, 2), float64
+        Each feature's minimum and maximum over the training rows of positive weight
+        (`ferl.FERLClassifier.feature_range_`).
 
     Returns
     -------
@@ -159,10 +163,7 @@ def feature_ranges(leaves: LeafGaussians, X: np.ndarray, sample_weight: np.ndarr
         deviation is at most half the range; finite as the standardised rows are clipped); 1 for a
         constant feature.
     """
-    rows = (np.asarray(sample_weight) > 0)[:, None]  # without copying the rows
-    low_high = np.stack([X.min(axis=0, where=rows, initial=np.inf),
-                         X.max(axis=0, where=rows, initial=-np.inf)])
-    low, high = standardise(low_high, leaves.center, leaves.scale)  # monotone: the standardised range
+    low, high = standardise(np.asarray(feature_range).T, leaves.center, leaves.scale)  # monotone
     return np.where(high > low, high - low, 1.0)
 
 
@@ -272,7 +273,8 @@ def prototype_distance(X: np.ndarray, leaves: LeafGaussians, prototypes: np.ndar
     reach = float(size.sum(axis=1).max()) if size.max() <= F32_MAX else np.inf
     centres_t = np.ascontiguousarray(np.clip(centres.T, -F32_MAX, F32_MAX), dtype=np.float32)
     parts = np.empty(X.shape)
-    nearest = _nearest(standardise(X, leaves.center, leaves.scale) / unit, centres_t, centres, reach, parts)
+    U = standardise(X, leaves.center, leaves.scale)
+    nearest = _nearest(np.divide(U, unit, out=U), centres_t, centres, reach, parts)
     return parts, nearest
 
 

@@ -49,9 +49,10 @@ def test_a_change_across_a_features_whole_training_range_counts_one_whatever_its
 def test_feature_ranges_are_standardised_ranges_of_the_positive_weight_rows_and_one_when_constant():
     leaves = SimpleNamespace(center=np.array([1.0, 0.0, 5.0]), scale=np.array([2.0, 0.5, 1.0]))
     X = np.array([[0.0, 1.0, 5.0], [4.0, -1.0, 5.0], [100.0, 9.0, 5.0]])
-    got = prototypes.feature_ranges(leaves, X, np.array([1.0, 1.0, 0.0]))  # the last row has no weight
+    feature_range = np.stack([X[:2].min(axis=0), X[:2].max(axis=0)], axis=1)  # the last row has no weight
+    got = prototypes.feature_ranges(leaves, feature_range)
     np.testing.assert_allclose(got, [4.0 / 2.0, 2.0 / 0.5, 1.0])
-    huge = prototypes.feature_ranges(leaves, np.array([[-1e308, 0.0, 5.0], [1e308, 1.0, 5.0]]), np.ones(2))
+    huge = prototypes.feature_ranges(leaves, np.array([[-1e308, 0.0, 5.0], [1e308, 1.0, 5.0]]).T)
     assert np.isfinite(huge).all() and huge[0] > 0  # clipped like the standardised inputs
 
 
