@@ -1,0 +1,53 @@
+"""A model file saved by an earlier version loads and reads out bit for bit.
+
+``data/model_v0_1`` holds a small FERL-deep model (240 rows, 6 features, 3 classes, 12 rules) saved
+before the ``ferl/`` house move (issue 36), and its read-out on 25 fixed inputs (20 in distribution,
+5 far off), written by that version. A refactor that changes one float of the evidence, the credal
+set, the certificate or a novelty score fails here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ferl import FERLClassifier
+
+DATA = Path(__file__).parent / "data" / "model_v0_1"
+
+
+@pytest.fixture(scope="module")
+def stored():
+    return FERLClassifier.load(DATA / "model"), dict(np.load(DATA / "readout.npz"))
+
+
+def test_evidence_set_and_certificate_are_bit_for_bit(stored):
+    clf, ref = stored
+    X = ref["X"]
+    ev = clf.evidence(X)
+    for name in ("mass", "plausibility", "ignorance", "conflict"):
+        np.testing.assert_array_equal(getattr(ev, name), ref[name], err_msg=name)
+    np.testing.assert_array_equal(clf.predict_proba(X), ref["proba"])
+    np.testing.assert_array_equal(clf.predict(X), ref["pred"])
+    np.testing.assert_array_equal(clf.predict_set(X), ref["set"])
+    np.testing.assert_array_equal(clf.robustness_radius(X), ref["radius"])
+
+
+def test_novelty_scores_are_bit_for_bit(stored):
+    clf, ref = stored
+    kinds = [k[len("ood_"):] for k in ref if k.startswith("ood_")]
+    assert "typical" in kinds
+    for kind in kinds:
+        np.testing.assert_array_equal(clf.ood_score(ref["X"], kind), ref[f"ood_{kind}"], err_msg=kind)
+
+
+def test_discounted_read_out_is_bit_for_bit(stored):
+    clf, ref = stored
+    clf.set_params(novelty_discount=True)
+    try:
+        np.testing.assert_array_equal(clf.predict_set(ref["X"]), ref["set_discounted"])
+        np.testing.assert_array_equal(clf.evidence(ref["X"]).ignorance, ref["ignorance_discounted"])
+    finally:
+        clf.set_params(novelty_discount=False)
