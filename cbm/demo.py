@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ferl.persist import atomic_write_text
+from ferl.io.persist import atomic_write_text
 
 __all__ = ["DEMO", "PROFILES", "STEPS", "TINY", "DemoProfile", "fingerprint", "headline", "prepare_run_dir",
            "run_console_script", "run_demo", "step_commands"]

@@ -5,7 +5,7 @@ abstention, an ignorance mass and novelty scores from one deterministic pass.
 """
 
 from ferl.estimator import PRESETS, FERLClassifier
-from ferl.evidence import Evidence
+from ferl.evidence.algebra import Evidence
 
 __all__ = ["FERLClassifier", "Evidence", "PRESETS"]
 __version__ = "0.1.0"

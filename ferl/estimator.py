@@ -1,6 +1,6 @@
 """`FERLClassifier`: the scikit-learn estimator over the fuzzy tree, builder and evidence modules;
 its rule interface comes from `ferl._rules_mixin`, its read-out (evidence, credal set, novelty, OOD
-score) from `ferl._readout_mixin`, its ``save`` / ``load`` from `ferl._model_files`."""
+score) from `ferl.readout.mixin`, its ``save`` / ``load`` from `ferl.io.model_files`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ferl import certificate
-from ferl._builder import grow_tree
 from ferl._inputs import (
     check_sample_weight,
     one_sample,
@@ -18,19 +16,21 @@ from ferl._inputs import (
     resolve_feature_names,
     seed_from,
 )
-from ferl._leaf_readout import leaf_totals
-from ferl._model_files import ModelFilesMixin
 from ferl._params import check_params
-from ferl._partitions import fixed_partitions
-from ferl._readout_mixin import ReadoutMixin
 from ferl._rules_mixin import RulesMixin
-from ferl.evidence_discount import typical_reliability
 from ferl.explain import Explanation, build_explanation
-from ferl.novelty import analyse, check_variances, fit_free_gaussians
+from ferl.io.model_files import ModelFilesMixin
+from ferl.novelty.discount import typical_reliability
+from ferl.novelty.leaf_readout import leaf_totals
+from ferl.novelty.prototypes import fit_rule_prototypes
+from ferl.novelty.scores import analyse, check_variances, fit_free_gaussians
+from ferl.novelty.typicality import fit_leaf_gaussians
 from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
-from ferl.prototypes import fit_rule_prototypes
+from ferl.readout.mixin import ReadoutMixin
 from ferl.rules import fires_alone
-from ferl.typicality import fit_leaf_gaussians
+from ferl.tree import certificate
+from ferl.tree.builder import grow_tree
+from ferl.tree.partitions import fixed_partitions
 
 __all__ = ["FERLClassifier", "PRESETS"]
 
@@ -47,8 +47,9 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     ``m_o({c}) = phi_o p_o(c)``, ``m_o(Theta) = 1 - phi_o``; combining the masses of the evidence
     nodes (section 3.2, eq. 4) gives belief, plausibility, ignorance, the pignistic probability
     (``predict_proba``) and the interval-dominance credal set (``predict_set``). The same pass gives
-    novelty (section 3.1, appendix A.2, `ferl.novelty`, `ferl.typicality`, and beyond the paper the
-    rule prototypes of `ferl.prototypes` behind the default ``ood_score``: ``routing_loss``,
+    novelty (section 3.1, appendix A.2, `ferl.novelty.scores`, `ferl.novelty.typicality`, and beyond the
+    paper the
+    rule prototypes of `ferl.novelty.prototypes` behind the default ``ood_score``: ``routing_loss``,
     ``feature_anomaly``, ``ood_score``, ``anomalous_features``), rules and explanations (``rules_``,
     ``export_text``, ``explain``) and a robustness certificate (appendix A.3, ``robustness_radius``).
 
@@ -96,7 +97,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         Non-improving splits tolerated before growth stops.
     prune : bool, default=None
         After growth, undo splits by minimal cost-complexity pruning at `ccp_alpha`
-        (`ferl._pruning.cost_complexity_prune`; at 0 only the splits that change no training
+        (`ferl.tree.pruning.cost_complexity_prune`; at 0 only the splits that change no training
         prediction).
     ccp_alpha : float >= 0, default=None
         Complexity cost of one rule when pruning, in fractions of the training weight: a subtree
@@ -115,9 +116,9 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         inputs, which still fire rules, get ignorance, wider credal sets and abstentions. Read at
         inference; False keeps the paper's read-out bit for bit. True or ``"typical"``: the
         combined evidence, by a reliability ``r(x)`` that falls with the ``"typical"`` OOD score
-        past its 0.9 quantile on cross-fitted training rows (`ferl.evidence_discount`);
+        past its 0.9 quantile on cross-fitted training rows (`ferl.novelty.discount`);
         ``BetP``'s argmax, hence ``predict``, is unchanged. ``"rules"``: every source's firing
-        ``phi_o`` by its own leaf typicality ``r_o(x)`` (`ferl._reliability`). Measured off /
+        ``phi_o`` by its own leaf typicality ``r_o(x)`` (`ferl.novelty.reliability`). Measured off /
         ``"typical"`` / ``"rules"``, FERL-deep: synthetic open world, 3 seeds x 5 folds
         (``scripts/bench_openworld_novelty.py``): held-out abstention 12.7 / 44.2 / 35.1 %,
         retained-test abstention 2.2 / 4.5 / 5.3 %, ignorance AUROC 58.4 / 85.8 / 80.2 (the
@@ -135,7 +136,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     Attributes
     ----------
     tree_ : FuzzyTree
-        The flat-array tree, with the free-feature Gaussians of eq. 3 (`ferl.novelty`).
+        The flat-array tree, with the free-feature Gaussians of eq. 3 (`ferl.novelty.scores`).
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -151,10 +152,10 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         Share of the training weight on which each rule holds more than half the firing
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     leaf_gaussians_ : LeafGaussians
-        The leaves' full-covariance Gaussians (`ferl.typicality`).
+        The leaves' full-covariance Gaussians (`ferl.novelty.typicality`).
     rule_prototypes_ : RulePrototypes
         The supported leaves whose means are prototypes, and the training rows' reference scores
-        of the default ``"typical"`` OOD score (`ferl.prototypes`).
+        of the default ``"typical"`` OOD score (`ferl.novelty.prototypes`).
     """
 
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
@@ -211,7 +212,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             zero, fewer than two classes (with positive weight, also relative to the largest
             weight in float64), `feature_names` of the wrong
             length, a non-constant feature whose variance
-            overflows float64 or lies below `ferl.novelty.MIN_VARIANCE` (the message names it;
+            overflows float64 or lies below `ferl.novelty.scores.MIN_VARIANCE` (the message names it;
             rescale X).
         """
         check_params(self, PARAMETER_CONSTRAINTS)
@@ -263,7 +264,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
 
     def _reference_scores(self, X, crossfit_term) -> tuple[np.ndarray, np.ndarray]:
         """In-sample and cross-fitted ``"leaf"`` scores of training rows ``X`` whose cross-fitted leaf
-        term ``T`` (`ferl.typicality.fit_leaf_gaussians`) is ``crossfit_term``: the in-sample
+        term ``T`` (`ferl.novelty.typicality.fit_leaf_gaussians`) is ``crossfit_term``: the in-sample
         score with its ``T / d`` swapped for the cross-fitted one."""
         in_sample = self._read(X, False, score="leaf").score
         fired = self.tree_.sparse_firing(X, False, np.ones(self.tree_.n_nodes))
@@ -311,7 +312,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         """Certified l_inf radius ``Delta(x) / (2 L_T)`` of appendix eq. 12, ndarray (n_samples,).
 
         Within it the class of ``P_T`` (eq. 9) cannot change; 0 where a gate is active or the top
-        class is tied; capped so that the gates stay one (`ferl.certificate.robustness_radius`).
+        class is tied; capped so that the gates stay one (`ferl.tree.certificate.robustness_radius`).
         """
         X = self._check_X(X)
         phi, lost = self._firing(X)

@@ -6,8 +6,8 @@ with ``evidence_nodes="all"`` also internal nodes) with their firing ``phi_o``, 
 ``m_o({c}) = r_o phi_o p_o(c)``, ``m_o(Theta) = 1 - r_o phi_o`` (paper section 3.2); the combined
 belief, plausibility, ignorance, conflict and pignistic probability; the credal set and the
 abstention (eq. 4), discounted as a whole by ``r(x)`` when ``novelty_discount`` is ``"typical"``
-(`ferl.evidence_discount`); the default OOD score and the anomalous attributes (`ferl.novelty`); and the
-certified robustness radius (`ferl.certificate`).
+(`ferl.novelty.discount`); the default OOD score and the anomalous attributes (`ferl.novelty.scores`); and the
+certified robustness radius (`ferl.tree.certificate`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ferl.evidence import combine, discount, discount_evidence
-from ferl.novelty import AnomalousFeature
+from ferl.evidence.algebra import combine, discount, discount_evidence
+from ferl.novelty.scores import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
 __all__ = ["FiredSource", "Explanation", "build_explanation"]
@@ -81,7 +81,7 @@ class Explanation:
     firing : float
         Total leaf firing (``1 -`` the routing mass lost to the gates).
     ood_score : float
-        Default OOD score (``leaf``, `ferl.novelty.Novelty.score`), higher = more novel; the
+        Default OOD score (``leaf``, `ferl.novelty.scores.Novelty.score`), higher = more novel; the
         attributes' scores below are its parts.
     anomalous_features : tuple of AnomalousFeature
         Most anomalous attributes, highest first.
@@ -90,7 +90,7 @@ class Explanation:
     sources : tuple of FiredSource
         Evidence sources that fired, by decreasing firing.
     reliability : float
-        ``r(x)`` in [0, 1] of the combined evidence (`ferl.evidence_discount`): the masses above are
+        ``r(x)`` in [0, 1] of the combined evidence (`ferl.novelty.discount`): the masses above are
         the combined ones discounted by it (1 unless ``novelty_discount`` is ``"typical"``).
     """
 
@@ -208,7 +208,7 @@ class Explanation:
 def _number(value: float, digits: int) -> str:
     """An unbounded score (nats) with ``digits`` decimals, in scientific notation from 1e6 on: the
     finite scores of an input far off the training range reach 1e200 (standardised distances are
-    clipped at `ferl.typicality.Z_MAX`), some 200 digits in fixed notation."""
+    clipped at `ferl.novelty.typicality.Z_MAX`), some 200 digits in fixed notation."""
     return f"{value:.{digits}f}" if abs(value) < 1e6 else f"{value:.{digits}e}"
 
 

@@ -80,7 +80,7 @@ the most-fired leaf agree within 0.8 points, while compact's training accuracy w
 below the same-size CART's (the trees, not the read-out, were behind). Gini, not entropy: with
 15 rules a chain of one-class rules is what the budget allows (on the demo's 20 classes both name
 15 classes). Pruning (Algorithm 1 leaves it optional) is weakest-link cost-complexity
-pruning of the soft training error (`ferl._pruning`): at ``alpha = 0`` it undoes the splits that
+pruning of the soft training error (`ferl.tree.pruning`): at ``alpha = 0`` it undoes the splits that
 change no training prediction, as the former merge of agreeing leaves did, at 0.005 it
 undoes those that save less than 0.5 % of the training weight per rule, which keeps the mean
 under 10 rules while the smaller leaf floor lets the tree grow where it pays. Stopping earlier
@@ -132,8 +132,8 @@ from __future__ import annotations
 
 from numbers import Integral, Real
 
-from ferl._builder import GrowthSettings
 from ferl._params import BOOLEAN, RANDOM_STATE, InvalidParameterError, Options, Range
+from ferl.tree.builder import GrowthSettings
 
 __all__ = ["PARAMETER_CONSTRAINTS", "PRESETS", "growth_settings", "preset_setting"]
 

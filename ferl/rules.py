@@ -1,6 +1,6 @@
 """Rules of a fitted fuzzy tree: one rule per leaf, one merged fuzzy condition per feature.
 
-A rule's conditions on one feature are merged into one (`ferl._intervals`), so no rule names a
+A rule's conditions on one feature are merged into one (`ferl.tree.intervals`), so no rule names a
 feature twice. How a merged condition reads:
 
 * **learned ramps** (paper eq. 1): ``name ≤ θ ± h``, ``name > θ ± h`` or
@@ -12,7 +12,7 @@ feature twice. How a merged condition reads:
 * **fixed partitions** (compact variant): a linguistic term, ``name is low`` or
   ``name is not high``, whenever the product of the path's memberships equals that term's
   membership exactly, e.g. ``is not high AND is not low`` reads ``is medium``
-  (`ferl._partitions` is a Ruspini partition). Other combinations (``is high AND is not medium``
+  (`ferl.tree.partitions` is a Ruspini partition). Other combinations (``is high AND is not medium``
   is high squared) fall back to the numeric form above.
 * **band-only conditions**: when the membership never reaches 1 (a path that cuts the same band
   in both directions, e.g. ``x > 3.44 ± 0.59`` then ``x ≤ 3.44 ± 0.59``), the condition reads
@@ -36,10 +36,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ferl._firing import Firing
-from ferl._intervals import Factor, Span, same_membership, spans
-from ferl._partitions import SET_NAMES
-from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
+from ferl.tree.firing import Firing
+from ferl.tree.fuzzy_tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
+from ferl.tree.intervals import Factor, Span, same_membership, spans
+from ferl.tree.partitions import SET_NAMES
 
 __all__ = ["COLUMN_LEGEND", "Condition", "Rule", "path_conditions", "extract_rules", "fires_alone",
            "format_rules", "format_summary"]
@@ -262,7 +262,7 @@ def _linguistic(tree: FuzzyTree, path: list, factors: list[Factor]) -> str | Non
 def _term_trap(k: int, traps: dict) -> tuple | None:
     """Trapezoid of fixed set ``k`` from the sets a path tests on the feature.
 
-    Reads the quantiles of `ferl._partitions.fixed_partitions` (low ``(-inf, -inf, q1, q2)``, medium
+    Reads the quantiles of `ferl.tree.partitions.fixed_partitions` (low ``(-inf, -inf, q1, q2)``, medium
     ``(q1, q2, q3, q4)``, high ``(q3, q4, inf, inf)``); None when the path does not determine them.
     The caller checks the result against the path's own memberships, so a partition of another
     layout only loses the term, it never prints a wrong one.
@@ -293,7 +293,7 @@ def fires_alone(firing: Firing, sample_weight: np.ndarray, leaves: np.ndarray) -
     Parameters
     ----------
     firing : Firing
-        Sparse (gated) firing of the training inputs (`ferl._firing.Firing`; its ``phi`` is read).
+        Sparse (gated) firing of the training inputs (`ferl.tree.firing.Firing`; its ``phi`` is read).
     sample_weight : ndarray of shape (n_samples,), >= 0 with a positive sum
     leaves : ndarray of shape (n_nodes,), bool
         The tree's leaves (rules), in node order.

@@ -52,7 +52,7 @@ from ferl.benchmarks.keel import default_data_root, list_datasets, load_keel
 from ferl.benchmarks.ood import KNNDetector
 from ferl.benchmarks.protocol import make_splits, scale_fold
 from ferl.metrics import ood_auroc
-from ferl.novelty import OOD_KINDS
+from ferl.novelty.scores import OOD_KINDS
 
 #: Other weights of the residual ``R`` in the ``leaf`` score that the select study compares.
 RESIDUAL_WEIGHTS = (0.125, 0.0)

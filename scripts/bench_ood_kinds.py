@@ -15,7 +15,7 @@ import sys
 
 from cbm.report.run import load_run
 from ferl import metrics as M
-from ferl.novelty import OOD_KINDS
+from ferl.novelty.scores import OOD_KINDS
 
 
 def main(run_dir: str, head: str = "ferl-deep") -> None:

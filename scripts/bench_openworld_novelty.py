@@ -14,14 +14,14 @@ retained **test** images (in-distribution) are compared with the held-out classe
 
 * AUROC and rejection at 95 % val acceptance (`ferl.metrics.ood_summary`) of every FERL kind, of the
   ignorance with ``novelty_discount`` on (``ignorance-discounted``: the ``"typical"`` discount,
-  `ferl.evidence_discount`; ``-rules``: the per-source one) and of the dedicated detectors;
+  `ferl.novelty.discount`; ``-rules``: the per-source one) and of the dedicated detectors;
 * abstention rate (credal set = every class) of retained test and held-out images, discount off /
   on / per source (``rules``);
 * attribute naming: precision@3 of the top-3 ``anomalous_features`` of each held-out image against
   the concepts where it differs from its nearest retained class profile (image-level ground truth,
   `cbm.openworld.metrics.image_anomaly_ground_truth`; synthetic world only).
 
-``--quantiles`` and ``--slope`` override `ferl.evidence_discount`'s ``DISCOUNT_QUANTILES`` and
+``--quantiles`` and ``--slope`` override `ferl.novelty.discount`'s ``DISCOUNT_QUANTILES`` and
 ``DISCOUNT_SLOPE`` (a study of the discount). Prints
 one row per fold and the mean and standard deviation over folds.
 """
@@ -39,9 +39,10 @@ from cbm.data.concept_tables import load_concept_tables
 from cbm.detector.crossfit import CROSSFIT_SPLIT
 from cbm.heads.train_concepts import resolve_train_concepts
 from cbm.openworld.metrics import image_anomaly_ground_truth, precision_at_k
-from ferl import FERLClassifier, evidence_discount
+from ferl import FERLClassifier
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED, FERL_OOD_KINDS
+from ferl.novelty import discount as evidence_discount
 
 
 def _class_profiles(root: Path) -> np.ndarray | None:
@@ -104,9 +105,9 @@ def main() -> None:
     parser.add_argument("root", type=Path)
     parser.add_argument("--heldout-part", default="novel", help="table of the held-out classes' images")
     parser.add_argument("--quantiles", default=None,
-                        help="the discount's quantiles q0,q1 (default: ferl.evidence_discount's)")
+                        help="the discount's quantiles q0,q1 (default: ferl.novelty.discount's)")
     parser.add_argument("--slope", type=float, default=None,
-                        help="the discount's slow fall delta (default: ferl.evidence_discount's)")
+                        help="the discount's slow fall delta (default: ferl.novelty.discount's)")
     args = parser.parse_args()
     if args.quantiles:  # read at fit (the scale) and at inference (the slope)
         evidence_discount.DISCOUNT_QUANTILES = tuple(float(q) for q in args.quantiles.split(","))

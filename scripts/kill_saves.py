@@ -6,7 +6,7 @@ loaded and must equal one of the two versions. Three kinds of folder (issue 18):
 
 * ``model``: a FERL model (``FERLClassifier.save``);
 * ``head``: a concept head (``ConceptHead.save``: ``head.json``, the model's files, ``rules.md``);
-* ``step``: a fit-head-like job step (``ferl.persist.StepWriter``): ``calibration.json``, two head
+* ``step``: a fit-head-like job step (``ferl.io.persist.StepWriter``): ``calibration.json``, two head
   folders and ``metrics.json`` replaced together; after a kill the next writer finishes or drops
   the step, and every part must then come from the same version.
 
@@ -53,7 +53,7 @@ def _versions(kind: str, folder: Path):
     heads = [make_head("lr", seed=v).fit(X, y, ["a", "b", "c", "d"]) for v, y in enumerate(LABELS)]
     if kind == "head":
         return heads, lambda v: heads[v].save(folder)
-    from ferl.persist import StepWriter
+    from ferl.io.persist import StepWriter
 
     def step(v: int) -> None:
         with StepWriter(folder) as writer:
@@ -87,7 +87,7 @@ def _version(kind: str, folder: Path, versions) -> int:
         if head.seed != _which(head, versions):
             raise AssertionError("head.json and the model files come from different versions")
         return head.seed
-    from ferl.persist import folder_lock
+    from ferl.io.persist import folder_lock
 
     with folder_lock(folder):  # the next writer: finishes a committed step, drops an unfinished one
         pass

@@ -1,8 +1,8 @@
-"""Variants of FERL's ``"typical"`` OOD score (`ferl.prototypes`; issue 14), by AUROC in %.
+"""Variants of FERL's ``"typical"`` OOD score (`ferl.novelty.prototypes`; issue 14), by AUROC in %.
 
 **Units and residual** (always): ``"typical"`` as shipped (the ``"leaf"`` term ``T / d + F``
-without the paper's residual, `ferl.novelty.LEAF_RESIDUAL` = 0; the prototype distance in training
-ranges, `ferl.prototypes.feature_ranges`) against the same with the prototype distance in training
+without the paper's residual, `ferl.novelty.scores.LEAF_RESIDUAL` = 0; the prototype distance in training
+ranges, `ferl.novelty.prototypes.feature_ranges`) against the same with the prototype distance in training
 standard deviations (**D in sd**), with a quarter of the residual in the leaf term (**R/4**), and
 both (the version before).
 
@@ -10,14 +10,14 @@ both (the version before).
 ``E(x)`` is the mean distance from an input to its ``k`` nearest training inputs, either among all
 of them (**g**lobal, a kNN) or among those whose strongest ungated leaf firing is the input's
 strongest leaf (**r**ule: "the nearest training examples of the rule this input reaches"), in
-standardised units (**std**, `ferl.typicality.standardise`) or the raw inputs (**raw**), L1 (**ma**)
+standardised units (**std**, `ferl.novelty.typicality.standardise`) or the raw inputs (**raw**), L1 (**ma**)
 or L2 (**eu**). For each: ``E`` alone, ``t_leaf + t_E`` and ``"typical" + t_E`` (Fisher's method as
-in `ferl.prototypes`: ``t_E`` is `ferl.prototypes.tail_nats` of ``E`` among the leave-self-out
+in `ferl.novelty.prototypes`: ``t_E`` is `ferl.novelty.prototypes.tail_nats` of ``E`` among the leave-self-out
 distances of the reference training rows).
 
 Beside them: the ``"leaf"`` and ``"prototype"`` kinds alone and the 5-NN detector of
 `ferl.benchmarks.ood` (Euclidean, raw inputs, the k-th distance). AUROC: held-out classes against
-retained-class inputs (`ferl.ood_metrics`).
+retained-class inputs (`ferl.metrics.ood`).
 
 Data: ``--runs`` folders of ``evaluate-openworld`` (concept tables per fold, read as
 ``scripts/bench_openworld_novelty.py`` reads them: FERL-deep on the retained train vectors, test
@@ -48,9 +48,9 @@ from ferl import FERLClassifier
 from ferl.benchmarks.keel import default_data_root, list_datasets, load_keel
 from ferl.benchmarks.ood import KNNDetector
 from ferl.benchmarks.protocol import make_splits, scale_fold
-from ferl.ood_metrics import ood_auroc
-from ferl.prototypes import nearest_prototype, reference_rows, tail_nats
-from ferl.typicality import standardise
+from ferl.metrics.ood import ood_auroc
+from ferl.novelty.prototypes import nearest_prototype, reference_rows, tail_nats
+from ferl.novelty.typicality import standardise
 
 #: (k, metric, units, scope) of the exemplar distances compared.
 CONFIGS = [(k, m, u, s) for k in (1, 3) for m in ("manhattan", "euclidean") for u in ("raw", "std")

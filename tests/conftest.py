@@ -1,5 +1,5 @@
 """Fixtures shared by the ferl and cbm tests: running code in a child process, killed at an exact
-file-system step (the crash tests of ferl.persist and the jobs that use it) or signalled."""
+file-system step (the crash tests of ferl.io.persist and the jobs that use it) or signalled."""
 
 from __future__ import annotations
 
@@ -104,9 +104,9 @@ class Child:
     @staticmethod
     @contextlib.contextmanager
     def holding_lock(folder: Path):
-        """Inside the block another process holds ``ferl.persist.folder_lock(folder)`` (taken before
+        """Inside the block another process holds ``ferl.io.persist.folder_lock(folder)`` (taken before
         the block starts, released when it ends)."""
-        from ferl.persist import folder_lock
+        from ferl.io.persist import folder_lock
 
         ready, stop = os.pipe(), os.pipe()
 

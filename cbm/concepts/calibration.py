@@ -30,8 +30,8 @@ from sklearn.isotonic import IsotonicRegression
 
 from cbm.concepts.values import check_concept_values
 from cbm.data.concept_tables import check_concept_names
+from ferl.io.persist import atomic_write_text, read_json_object
 from ferl.metrics import expected_calibration_error
-from ferl.persist import atomic_write_text, read_json_object
 
 __all__ = ["KINDS", "SCHEMA_VERSION", "ConceptCalibrator", "ConstantCalibrationWarning", "concept_ece"]
 

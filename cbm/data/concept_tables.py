@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ferl.persist import atomic_write_bytes
+from ferl.io.persist import atomic_write_bytes
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -2,7 +2,7 @@
 
 Every split's concept probabilities are predicted in memory first (on one device, :func:`predictor`
 and :func:`predict`); then ``concepts/{split}.npz`` (with the cross-fitted train table when the
-run has one) and ``detector/metrics.json`` are replaced together (:class:`ferl.persist.StepWriter`),
+run has one) and ``detector/metrics.json`` are replaced together (:class:`ferl.io.persist.StepWriter`),
 so a run stopped during the export keeps its previous tables and metrics, all of one export.
 """
 
@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader
 
 from cbm.data.concept_tables import ConceptTable
 from cbm.detector.metrics import concept_metrics
-from ferl.persist import StepWriter
+from ferl.io.persist import StepWriter
 
 __all__ = ["export_concept_tables", "export_loaders", "predict", "predictor"]
 

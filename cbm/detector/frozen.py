@@ -27,7 +27,7 @@ from cbm.data import ConceptDataModule
 from cbm.data.tables import FeatureTable, SampleTable
 from cbm.detector.export import predict, predictor
 from cbm.detector.module import ConceptDetector
-from ferl.persist import atomic_write_bytes
+from ferl.io.persist import atomic_write_bytes
 
 __all__ = ["backbone_features", "features_key", "frozen_datamodule"]
 

@@ -46,7 +46,7 @@ from cbm.detector.export import export_concept_tables, export_loaders
 from cbm.detector.frozen import frozen_datamodule
 from cbm.detector.module import ConceptDetector, imbalance_pos_weight
 from cbm.jobs import phase
-from ferl.persist import atomic_write_text, folder_lock
+from ferl.io.persist import atomic_write_text, folder_lock
 
 __all__ = ["DetectorRun", "ReseedEachEpoch", "environment_info", "quiet_library_noise", "train_detector"]
 
@@ -251,7 +251,7 @@ def train_detector(
         Lightning's silent exit status 0).
     FloatingPointError
         The training loss became NaN or infinite.
-    ferl.persist.FolderBusyError
+    ferl.io.persist.FolderBusyError
         Another process is writing ``run_dir`` (the job holds its write lock; DDP ranks other than
         0 do not take it).
     """

@@ -2,7 +2,7 @@
 
 A head is fitted on concept probabilities in [0, 1] with class labels, reports its size (rules /
 non-zero weights / distinct concepts used), describes itself in Markdown and saves without pickle
-into a folder, as one version (:func:`ferl.persist.save_folder`): ``head.json`` (name, kind, concept
+into a folder, as one version (:func:`ferl.io.persist.save_folder`): ``head.json`` (name, kind, concept
 names, classes, size), the model's own files and ``rules.md``, replaced together.
 """
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from cbm.concepts.values import check_concept_values
 from cbm.data.concept_tables import check_concept_names
-from ferl.persist import atomic_write_text, save_folder
+from ferl.io.persist import atomic_write_text, save_folder
 
 __all__ = ["HEAD_JSON", "RULES_MD", "SCHEMA_VERSION", "ConceptHead", "classes_from", "classes_meta"]
 
@@ -166,7 +166,7 @@ class ConceptHead(ABC):
         (``rules_note``, then `describe`).
 
         The previous head in ``path`` stays loadable until the new one is complete
-        (:func:`ferl.persist.save_folder`; `load_head` follows ``path/current.json``); no pickle.
+        (:func:`ferl.io.persist.save_folder`; `load_head` follows ``path/current.json``); no pickle.
 
         Returns
         -------

@@ -22,10 +22,10 @@ run's ``config.yaml`` sets ``data.fold``, or ``--open-world true``): then those 
 of the head metrics and counted.
 
 Nothing is written before every head is fitted; then ``calibration.json``, the head folders,
-``metrics.json`` and the tables are replaced together (:class:`ferl.persist.StepWriter`), so a job
+``metrics.json`` and the tables are replaced together (:class:`ferl.io.persist.StepWriter`), so a job
 stopped at any point (an error, a signal, a kill) leaves the previous results whole. The job holds
 the output folder's write lock: a second job writing the same folder stops at once with an error
-naming the first (:func:`ferl.persist.folder_lock`).
+naming the first (:func:`ferl.io.persist.folder_lock`).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from cbm.heads.train_concepts import TRAIN_CONCEPTS, crossfit_table, resolve_tra
 from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
 from ferl import metrics as M
-from ferl.persist import StepWriter, folder_lock
+from ferl.io.persist import StepWriter, folder_lock
 
 __all__ = ["INPUTS", "evaluate_head", "fit_head", "fit_head_main", "fit_head_parser"]
 
@@ -260,7 +260,7 @@ def fit_head(
         Invalid tables (split, row and concept named), names that differ between tables, test
         classes unseen in train outside an open-world run, an unknown head, ``ferl_settings`` or ``seed``, a
         ``metrics.json`` or ``config.yaml`` that cannot be read (checked before anything is fitted).
-    ferl.persist.FolderBusyError
+    ferl.io.persist.FolderBusyError
         Another process is writing ``out``.
     OSError
         ``out`` cannot be written (read-only, full); the previous results are then unchanged.

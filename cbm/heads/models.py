@@ -17,8 +17,8 @@ from sklearn.tree import DecisionTreeClassifier, export_text
 
 from cbm.heads.base import ConceptHead, classes_from, classes_meta
 from ferl import FERLClassifier
+from ferl.io.persist import atomic_write_bytes, read_model, write_model
 from ferl.metrics import fit_acceptance_threshold
-from ferl.persist import atomic_write_bytes, read_model, write_model
 from ferl.rules import COLUMN_LEGEND
 
 __all__ = ["CARTHead", "CONCEPT_SETTINGS", "FERLHead", "FERL_SETTINGS", "LRHead", "RestrictedLRHead"]
@@ -80,7 +80,7 @@ class FERLHead(ConceptHead):
     the detector's concepts fell from 48.8 % to 5.5 % test accuracy with it on (mean ignorance 0.03
     -> 0.98: under that shift every source looks atypical), while on the synthetic open world (2
     folds) it raised held-out abstention only from 9.9 % to 12.5 %. The ``"typical"`` discount
-    (`ferl.evidence_discount`) keeps the predicted class, but a shift that makes every input look
+    (`ferl.novelty.discount`) keeps the predicted class, but a shift that makes every input look
     atypical makes every input abstain (not measured on the heads). Novelty is read from the default score
     and the run's threshold instead.
     """
@@ -111,13 +111,13 @@ class FERLHead(ConceptHead):
         The open-world protocol's rule (:func:`ferl.metrics.fit_acceptance_threshold`, paper Table 3
         "Reject" column): the ``ceil(accept * n)``-th smallest OOD score of ``X`` (n, k), so "score <=
         value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 % with
-        the ``leaf`` score (`ferl.novelty`), not the learner's default ``typical``
-        (`ferl.prototypes`). Chosen by measurement on a demo run (``make demo``, ferl-deep on
+        the ``leaf`` score (`ferl.novelty.scores`), not the learner's default ``typical``
+        (`ferl.novelty.prototypes`). Chosen by measurement on a demo run (``make demo``, ferl-deep on
         calibrated concepts, 6 held-out classes; ``python scripts/bench_ood_kinds.py runs/demo``):
         at 95 % of val accepted, ``leaf`` flags 60.3 % of the held-out images and accepts 95.6 % of
         the test images, ``typical`` 59.2 % and 94.4 % (AUROC 76.1 vs 77.6), ``nll`` 59.4 % and
         95.0 %, the paper's ``combined`` 56.1 % and 94.4 % (with a quarter of the residual in
-        ``leaf``, before `ferl.novelty.LEAF_RESIDUAL` became 0: 65.0 % and 94.4 %). fit-head's heads
+        ``leaf``, before `ferl.novelty.scores.LEAF_RESIDUAL` became 0: 65.0 % and 94.4 %). fit-head's heads
         grow rules down to one training row (`CONCEPT_SETTINGS`), so few leaves are prototypes, and
         the prototype distance's reference is the in-sample train concepts, cleaner than any test
         image's. On the open world's learner-preset heads ``typical`` leads (``evaluate-openworld``,

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from cbm.heads.base import HEAD_JSON, SCHEMA_VERSION, ConceptHead
 from cbm.heads.models import CARTHead, FERLHead, LRHead, RestrictedLRHead
-from ferl.persist import current_folder, read_json_object
+from ferl.io.persist import current_folder, read_json_object
 
 __all__ = ["HEADS", "load_head", "make_head"]
 
@@ -62,7 +62,7 @@ def make_head(name: str, seed: int = 0, **options) -> ConceptHead:
 def load_head(path: str | os.PathLike) -> ConceptHead:
     """Load a head saved by `ConceptHead.save`; predictions equal the saved head's.
 
-    Follows ``path/current.json`` to the current version (:func:`ferl.persist.current_folder`); a
+    Follows ``path/current.json`` to the current version (:func:`ferl.io.persist.current_folder`); a
     head saved before versions (files side by side in ``path``) loads too.
 
     Raises

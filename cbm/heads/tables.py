@@ -215,7 +215,7 @@ def heads_markdown(entry: dict) -> str:
 
 def discount_sentence(reliability: float, ignorance: float, abstain: bool, credal_set) -> str:
     """One input's evidence with the novelty discount on (``novelty_discount=True``,
-    `ferl.evidence_discount`), as a report sentence: reliability, ignorance, credal set or abstention."""
+    `ferl.novelty.discount`), as a report sentence: reliability, ignorance, credal set or abstention."""
     verdict = "abstains" if abstain else "credal set {" + ", ".join(map(str, credal_set)) + "}"
     return (f"with the novelty discount (`novelty_discount=True`): reliability r(x) = {reliability:.3f}, "
             f"ignorance m(Θ) = {ignorance:.3f}, {verdict}")

@@ -22,7 +22,7 @@ from cbm.interventions.protocol import InterventionSettings, evaluate_interventi
 from cbm.interventions.run import FITS
 from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
-from ferl.novelty import OOD_KINDS
+from ferl.novelty.scores import OOD_KINDS
 
 __all__ = ["evaluate_interventions_main", "interventions_parser"]
 

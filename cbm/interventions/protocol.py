@@ -35,8 +35,8 @@ from cbm.interventions.curves import intervention_curve, k_grid
 from cbm.interventions.report import curves_figure, curves_markdown
 from cbm.interventions.run import FITS, load_concepts, open_head
 from ferl import metrics as M
-from ferl.novelty import OOD_KINDS
-from ferl.persist import atomic_write_bytes, atomic_write_text
+from ferl.io.persist import atomic_write_bytes, atomic_write_text
+from ferl.novelty.scores import OOD_KINDS
 
 __all__ = ["OUT_DIR", "InterventionSettings", "evaluate_interventions", "evaluate_run", "run_dirs"]
 

@@ -36,7 +36,7 @@ from cbm.heads.interventions import (
     explain,
     head_outputs,
 )
-from ferl.persist import POINTER
+from ferl.io.persist import POINTER
 
 __all__ = ["FITS", "RunConcepts", "RunHead", "load_concepts", "open_head"]
 
@@ -194,7 +194,7 @@ def open_head(run: RunConcepts, name: str = "ferl-deep", fit: str = "sequential"
     train = run.tables["train"]
     names = run.class_names
     saved = run.run_dir / "head" / name / inputs
-    # a head saved by fit-head: versioned (`current.json`, ferl.persist) or older, files side by side
+    # a head saved by fit-head: versioned (`current.json`, ferl.io.persist) or older, files side by side
     if fit == "sequential" and any((saved / f).is_file() for f in (POINTER, "head.json")):
         head, X_fit = load_head(saved), run.concepts("train", inputs)
     else:

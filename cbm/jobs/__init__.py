@@ -12,7 +12,7 @@ signals that stop a job at any point, and the message saying what a stopped job 
   status 128 + the signal number (143 for SIGTERM, 130 for SIGINT).
 
 Jobs name what they are doing, and what an interruption at that point leaves on disk, with
-`phase`; the innermost phase is reported. Files are written with :mod:`ferl.persist`, so an
+`phase`; the innermost phase is reported. Files are written with :mod:`ferl.io.persist`, so an
 interruption never leaves a half-written model, head or job step::
 
     def main(argv=None):

@@ -56,8 +56,8 @@ from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_tru
 from cbm.openworld.settings import EvalSettings, check_keep_checkpoints, prune_checkpoints
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, ferl_score
-from ferl.evidence_discount import discounting
-from ferl.persist import StepWriter, atomic_write_bytes, folder_lock
+from ferl.io.persist import StepWriter, atomic_write_bytes, folder_lock
+from ferl.novelty.discount import discounting
 
 __all__ = [
     "PARTS",
@@ -72,8 +72,8 @@ __all__ = [
 #: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves;
 #: 5: ``train_concepts`` (the heads' training vectors: cross-fitted or in-sample), FERL heads with the
 #: novelty discount and the leaf-Gaussian ``nll`` score; 6: the ``leaf`` score, pooled leaf covariances;
-#: 7: the ``typical`` and ``prototype`` scores (`ferl.prototypes`); 8: the ``typical`` novelty
-#: discount (`ferl.evidence_discount`): abstention and examples with it on; 9: ``typical`` with the leaf
+#: 7: the ``typical`` and ``prototype`` scores (`ferl.novelty.prototypes`); 8: the ``typical`` novelty
+#: discount (`ferl.novelty.discount`): abstention and examples with it on; 9: ``typical`` with the leaf
 #: term without the paper's residual and the prototype distance in training ranges.
 RESULT_VERSION = 9
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.

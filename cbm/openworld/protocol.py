@@ -41,7 +41,7 @@ from cbm.openworld.report import FOLD_DIR, PAPER_TABLE5, write_report
 from cbm.openworld.settings import KEEP_CHECKPOINTS, EvalSettings, check_keep_checkpoints
 from cbm.runtime import add_threads_argument, set_threads
 from ferl.benchmarks.ood import DETECTORS
-from ferl.persist import atomic_write_text, folder_lock
+from ferl.io.persist import atomic_write_text, folder_lock
 
 __all__ = ["EvalSettings", "evaluate_openworld_main", "openworld_parser", "run_openworld"]
 

@@ -24,7 +24,7 @@ from cbm.heads.tables import HEAD_LABELS, discount_sentence
 from cbm.openworld.curves import curve_figures, curves_markdown
 from ferl.benchmarks.ood import DETECTORS
 from ferl.benchmarks.tables import markdown_table
-from ferl.persist import atomic_write_bytes, atomic_write_text
+from ferl.io.persist import atomic_write_bytes, atomic_write_text
 
 __all__ = [
     "FOLD_DIR",
@@ -323,7 +323,7 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
              "Accuracy and abstention (all-class credal set) on retained test images and abstention on "
              "held-out ones, with the novelty discount off (the paper's read-out) and on "
              "(`novelty_discount=True`: the evidence discounted by how typical the input is, "
-             "`ferl.evidence_discount`).", "",
+             "`ferl.novelty.discount`).", "",
              heads_markdown(head_sum, record["settings"]["top_k"]),
              "Example explanations: `examples.md`.", "", curves_markdown(list(figures)),
              *_done_text(record, results)]

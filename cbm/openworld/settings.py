@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED
-from ferl.novelty import OOD_KINDS
-from ferl.persist import atomic_write_text
+from ferl.io.persist import atomic_write_text
+from ferl.novelty.scores import OOD_KINDS
 
 __all__ = ["KEEP_CHECKPOINTS", "EvalSettings", "check_keep_checkpoints", "prune_checkpoints"]
 
@@ -28,9 +28,9 @@ class EvalSettings:
     ferl_kinds : tuple of str
         FERL OOD scores (``FERLClassifier.ood_score`` kinds); the first one is the headline
         score of the examples (``typical``: FERL's default, the leaf Gaussians' score and the
-        distance to the nearest rule prototype combined, `ferl.prototypes`; ``residual``: the
+        distance to the nearest rule prototype combined, `ferl.novelty.prototypes`; ``residual``: the
         paper's "native residual"; ``ignorance-discounted``: m(Θ) with ``novelty_discount`` on,
-        `ferl.evidence_discount`).
+        `ferl.novelty.discount`).
     baselines : tuple of str
         Keys of :data:`ferl.benchmarks.ood.DETECTORS`.
     accept : float in (0, 1)

@@ -23,7 +23,7 @@ from cbm.data.common import UnreadableImageError
 from cbm.predict.inputs import read_image
 from cbm.predict.pipeline import Predictions, flat_row
 from cbm.report.plots import evidence_figure, figure_png
-from ferl.persist import atomic_write_bytes, atomic_write_text
+from ferl.io.persist import atomic_write_bytes, atomic_write_text
 
 __all__ = ["FORMATS", "write_page", "write_table"]
 

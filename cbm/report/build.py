@@ -45,7 +45,7 @@ from cbm.report.plots import (
 )
 from cbm.report.run import RunView, load_run
 from cbm.runtime import add_threads_argument, set_threads
-from ferl.persist import StepWriter, atomic_write_bytes, current_folder
+from ferl.io.persist import StepWriter, atomic_write_bytes, current_folder
 
 __all__ = ["build_report", "demote_headings", "report_main", "report_parser"]
 

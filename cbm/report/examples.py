@@ -18,8 +18,8 @@ import numpy as np
 from cbm.heads import FERLHead
 from cbm.report.run import RunView
 from ferl import metrics as M
-from ferl.evidence_discount import discounting
 from ferl.explain import Explanation
+from ferl.novelty.discount import discounting
 
 __all__ = ["EXAMPLE_KINDS", "Example", "Pick", "choose_and_explain", "explain_example", "find_sample",
            "head_outputs", "pick_examples"]
@@ -74,7 +74,7 @@ class Example:
         The input image (None for feature data sets or when the data are not available).
     discounted : ferl.explain.Explanation or None
         The same input explained with the novelty discount on (``novelty_discount=True``,
-        `ferl.evidence_discount`): its evidence discounted by how typical the input is.
+        `ferl.novelty.discount`): its evidence discounted by how typical the input is.
     """
 
     pick: Pick

@@ -21,7 +21,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.neural_network import MLPClassifier
 from sklearn.tree import DecisionTreeClassifier
 
-from ferl.conformal import SplitConformal
+from ferl.evidence.conformal import SplitConformal
 
 __all__ = [
     "METHODS",

@@ -26,7 +26,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from ferl import metrics as M
 from ferl.benchmarks.protocol import FoldData
-from ferl.evidence_discount import discounting
+from ferl.novelty.discount import discounting
 
 __all__ = [
     "ferl_score",
@@ -201,7 +201,7 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
         A fitted model (left with its own ``novelty_discount``).
     X : ndarray of shape (n_samples, n_features)
     kind : str
-        One of `ferl.novelty.OOD_KINDS` or `DISCOUNTED`.
+        One of `ferl.novelty.scores.OOD_KINDS` or `DISCOUNTED`.
 
     Returns
     -------

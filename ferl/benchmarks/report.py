@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from ferl.benchmarks import tables as T
 from ferl.benchmarks.plots import plot_accuracy_vs_size, plot_shift
 from ferl.benchmarks.runner import BenchmarkResult
-from ferl.persist import atomic_write_bytes
+from ferl.io.persist import atomic_write_bytes
 
 __all__ = ["render_report", "write_report"]
 

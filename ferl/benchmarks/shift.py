@@ -14,7 +14,7 @@ import numpy as np
 
 from ferl import metrics as M
 from ferl.benchmarks.protocol import FoldData
-from ferl.conformal import SplitConformal
+from ferl.evidence.conformal import SplitConformal
 
 __all__ = ["SHIFT_LEVELS", "SHIFT_METHODS", "run_covariate_shift"]
 

@@ -1,10 +1,10 @@
-"""Feature binning of the learned split search (`ferl._binning`)."""
+"""Feature binning of the learned split search (`ferl.tree.binning`)."""
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ferl._binning import MAX_BINS, bin_features
+from ferl.tree.binning import MAX_BINS, bin_features
 
 
 def test_few_distinct_values_get_one_bin_each():

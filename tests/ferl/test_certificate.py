@@ -6,8 +6,8 @@ from sklearn.datasets import load_wine
 from sklearn.preprocessing import MinMaxScaler
 
 from ferl import FERLClassifier
-from ferl._tree import SPLIT_LEARNED, FuzzyTree
-from ferl.certificate import lipschitz_constant, robustness_radius, tree_probability
+from ferl.tree.certificate import lipschitz_constant, robustness_radius, tree_probability
+from ferl.tree.fuzzy_tree import SPLIT_LEARNED, FuzzyTree
 
 
 def _learned(tree, node, feature, theta, h, lo, hi):

@@ -1,4 +1,4 @@
-"""Tests for ferl.conformal: hand values and finite-sample coverage."""
+"""Tests for ferl.evidence.conformal: hand values and finite-sample coverage."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from ferl.conformal import SplitConformal, aps_scores, conformal_quantile
+from ferl.evidence.conformal import SplitConformal, aps_scores, conformal_quantile
 
 
 def test_conformal_quantile_hand_values():

@@ -7,7 +7,8 @@ import pytest
 from sklearn.datasets import load_iris, load_wine
 from sklearn.utils.estimator_checks import check_estimator
 
-from ferl import PRESETS, FERLClassifier, persist
+from ferl import PRESETS, FERLClassifier
+from ferl.io import persist
 
 # Written reasons for the only scikit-learn checks FERL does not pass.
 EXPECTED_FAILED_CHECKS = {

@@ -1,4 +1,4 @@
-"""The "typical" novelty discount of the combined evidence (`ferl.evidence_discount`,
+"""The "typical" novelty discount of the combined evidence (`ferl.novelty.discount`,
 `ferl.evidence.discount_evidence`): its algebra, its reliability and its reference."""
 
 import numpy as np
@@ -9,8 +9,8 @@ from hypothesis.extra.numpy import arrays
 
 from ferl import FERLClassifier
 from ferl.evidence import Evidence, combine, discount_evidence, interval_dominance
-from ferl.evidence_discount import DISCOUNT_QUANTILES, DISCOUNT_SLOPE, fit_discount, reliability_curve
-from ferl.prototypes import reference_rows
+from ferl.novelty.discount import DISCOUNT_QUANTILES, DISCOUNT_SLOPE, fit_discount, reliability_curve
+from ferl.novelty.prototypes import reference_rows
 
 N_CLASSES = 3
 probs = arrays(np.float64, (4, N_CLASSES), elements=st.floats(0.01, 1.0)).map(

@@ -9,11 +9,11 @@ import pytest
 from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
-from ferl._builder import GrowthSettings, _feature_spread, _Grower, _multiplicities
 from ferl._inputs import rescale_weights
-from ferl.free_gaussians import weighted_moments
+from ferl.novelty.free_gaussians import weighted_moments
+from ferl.novelty.typicality import _standardisation
 from ferl.rules import fires_alone
-from ferl.typicality import _standardisation
+from ferl.tree.builder import GrowthSettings, _feature_spread, _Grower, _multiplicities
 
 
 def _data(seed=0, n=600):

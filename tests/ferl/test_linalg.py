@@ -1,4 +1,5 @@
-"""The linear-algebra helpers: BLAS on one thread (`ferl._blas`), shared whitenings (`ferl._zca`)."""
+"""The linear-algebra helpers: BLAS on one thread (`ferl.novelty.blas`), shared whitenings
+(`ferl.novelty.zca`)."""
 
 from contextlib import nullcontext
 from types import SimpleNamespace
@@ -6,11 +7,11 @@ from types import SimpleNamespace
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-import ferl._blas as blas
-import ferl.typicality as typ
-from ferl._blas import one_blas_thread
-from ferl._zca import whitening
-from ferl.typicality import RIDGE
+import ferl.novelty.blas as blas
+import ferl.novelty.typicality as typ
+from ferl.novelty.blas import one_blas_thread
+from ferl.novelty.typicality import RIDGE
+from ferl.novelty.zca import whitening
 
 
 def blas_threads():
@@ -47,7 +48,7 @@ def test_overlapping_uses_in_several_threads_restore_the_pool(monkeypatch):
 
 
 def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypatch, wine_deep, wine):
-    """OpenBLAS's thread pool doubled the leaf Gaussians' CPU time (`ferl._blas`): their BLAS calls
+    """OpenBLAS's thread pool doubled the leaf Gaussians' CPU time (`ferl.novelty.blas`): their BLAS calls
     run on one thread, and the pool's size is back afterwards."""
     before = blas_threads()
     seen = []
@@ -61,7 +62,7 @@ def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypa
 
 
 def test_the_whitening_of_shared_covariances_is_each_ones_own_bit_for_bit():
-    """Distinct covariances are decomposed once (`ferl._zca`); each leaf gets what a decomposition
+    """Distinct covariances are decomposed once (`ferl.novelty.zca`); each leaf gets what a decomposition
     of its own matrix gives."""
     rng = np.random.default_rng(3)
     A = rng.normal(size=(3, 6, 9))

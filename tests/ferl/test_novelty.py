@@ -11,11 +11,11 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler
 
 from ferl import FERLClassifier
-from ferl._tree import support_gate
 from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.metrics import ood_auroc
-from ferl.novelty import FIRING_EPS, LEAF_RESIDUAL, NAMING_DEPTH, VAR_FLOOR
-from ferl.prototypes import tail_nats
+from ferl.novelty.prototypes import tail_nats
+from ferl.novelty.scores import FIRING_EPS, LEAF_RESIDUAL, NAMING_DEPTH, VAR_FLOOR
+from ferl.tree.fuzzy_tree import support_gate
 
 
 def _fit(variant, seed, n=300, d=5):
@@ -202,7 +202,7 @@ def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
     np.testing.assert_allclose(wine_deep.ood_score(Z, "nll"), leaf + combined, rtol=1e-12)
     default = leaf + LEAF_RESIDUAL * residual + firing_term
     np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), default, rtol=1e-12)
-    # as a term of "typical" the leaf score carries none of the paper's residual (ferl.novelty)
+    # as a term of "typical" the leaf score carries none of the paper's residual (ferl.novelty.scores)
     assert (residual > 0).all()
     np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), leaf + firing_term, rtol=1e-12)
     leaf_ref, distance_ref = wine_deep.rule_prototypes_.reference  # default: "typical"

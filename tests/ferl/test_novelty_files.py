@@ -5,8 +5,10 @@ import copy
 import numpy as np
 import pytest
 
-from ferl import FERLClassifier, persist, typicality
-from ferl.typicality import LeafGaussians
+from ferl import FERLClassifier
+from ferl.io import persist
+from ferl.novelty import typicality
+from ferl.novelty.typicality import LeafGaussians
 
 
 def test_save_load_keeps_the_novelty_model(tmp_path, wine_deep, wine):

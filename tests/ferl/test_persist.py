@@ -1,4 +1,4 @@
-"""ferl.persist: whole-folder saves behind one pointer, step journals, locks; kills at every step."""
+"""ferl.io.persist: whole-folder saves behind one pointer, step journals, locks; kills at every step."""
 
 import errno
 import hashlib
@@ -13,7 +13,8 @@ import time
 import numpy as np
 import pytest
 
-from ferl import FERLClassifier, persist
+from ferl import FERLClassifier
+from ferl.io import persist
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Rule prototypes (`ferl.prototypes`): the ``"prototype"`` distance and the ``"typical"`` score."""
+"""Rule prototypes (`ferl.novelty.prototypes`): the ``"prototype"`` distance and the ``"typical"`` score."""
 
 import warnings
 from types import SimpleNamespace
@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ferl import FERLClassifier, persist, prototypes
+from ferl import FERLClassifier
+from ferl.io import persist
 from ferl.metrics import ood_auroc
-from ferl.novelty import analyse
-from ferl.prototypes import MIN_SUPPORT, nearest_prototype, prototype_distance, tail_nats
+from ferl.novelty import prototypes
+from ferl.novelty.prototypes import MIN_SUPPORT, nearest_prototype, prototype_distance, tail_nats
+from ferl.novelty.scores import analyse
 
 
 def test_the_prototype_distance_is_the_l1_distance_in_ranges_to_the_nearest_leaf_mean(wine_deep, wine):

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from sklearn.datasets import make_classification
 
-import ferl._readout as readout
+import ferl.readout.batch as readout
 from ferl import FERLClassifier
-from ferl._firing import Firing, Scratch
-from ferl._membership import trapezoid
+from ferl.tree.firing import Firing, Scratch
+from ferl.tree.membership import trapezoid
 
 
 def _fit(variant="deep", seed=0, **params):

@@ -1,5 +1,6 @@
 """The totals-only OOD score and the one-pass credal read-out against the per-feature novelty they
-replace in `ood_score` (`ferl._ood_score`, `ferl._leaf_readout`, `FERLClassifier.credal_readout`)."""
+replace in `ood_score` (`ferl.novelty.ood_score`, `ferl.novelty.leaf_readout`,
+`FERLClassifier.credal_readout`)."""
 
 
 import numpy as np
@@ -7,13 +8,13 @@ import pytest
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler
 
-import ferl._leaf_readout as leaf_readout
-import ferl.typicality as typicality
+import ferl.novelty.leaf_readout as leaf_readout
+import ferl.novelty.typicality as typicality
 from ferl import FERLClassifier
-from ferl._ood_score import TOTAL_KINDS, score_totals
-from ferl._readout import read_out
 from ferl.benchmarks.keel import default_data_root, load_keel
-from ferl.novelty import analyse
+from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
+from ferl.novelty.scores import analyse
+from ferl.readout.batch import read_out
 
 TABULAR = default_data_root()
 SETS = ["wine", "vowel", "ionosphere"]  # d = 13, 13, 33; 3, 11, 2 classes

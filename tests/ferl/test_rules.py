@@ -12,17 +12,18 @@ from sklearn.base import clone
 from sklearn.datasets import load_wine
 from sklearn.preprocessing import MinMaxScaler
 
-from ferl import FERLClassifier, persist
-from ferl._intervals import Factor, evaluate, spans
-from ferl._partitions import SET_NAMES
-from ferl._tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
+from ferl import FERLClassifier
+from ferl.io import persist
 from ferl.rules import extract_rules, path_conditions
+from ferl.tree.fuzzy_tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
+from ferl.tree.intervals import Factor, evaluate, spans
+from ferl.tree.partitions import SET_NAMES
 
 WINE = load_wine()
 NAMES = [n.replace("/", "_") for n in WINE.feature_names]
 LABELS = np.array(["barolo", "grignolino", "barbera"])
 INF = np.inf
-#: Fixed partition of a feature with quantiles 0.2, 0.4, 0.6, 0.8 (ferl._partitions layout).
+#: Fixed partition of a feature with quantiles 0.2, 0.4, 0.6, 0.8 (ferl.tree.partitions layout).
 LOW, MEDIUM, HIGH = (-INF, -INF, 0.2, 0.4), (0.2, 0.4, 0.6, 0.8), (0.6, 0.8, INF, INF)
 
 

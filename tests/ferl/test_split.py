@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ferl._binning import bin_features
-from ferl._partitions import SET_NAMES, fixed_partitions
-from ferl._splitter import GAIN_CCI, GAIN_GINI, best_learned_split, split_gain
-from ferl._tree import membership
+from ferl.tree.binning import bin_features
+from ferl.tree.fuzzy_tree import membership
+from ferl.tree.partitions import SET_NAMES, fixed_partitions
+from ferl.tree.splitter import GAIN_CCI, GAIN_GINI, best_learned_split, split_gain
 
 
 @settings(max_examples=80, deadline=None)

@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 from sklearn.datasets import load_wine, make_classification
 
 from ferl import FERLClassifier
-from ferl._firing import _membership, is_ramp
-from ferl._membership import trapezoid
+from ferl.tree.firing import _membership, is_ramp
+from ferl.tree.membership import trapezoid
 
 
 def _fit(variant, seed):
@@ -161,7 +161,7 @@ def test_compact_closes_a_feature_after_f_is_s():
 
 def _hand_tree():
     """Root on x0; its left child on x1 has two leaves predicting class 0; right leaf class 1."""
-    from ferl._tree import FuzzyTree
+    from ferl.tree.fuzzy_tree import FuzzyTree
 
     tree = FuzzyTree(n_classes=2)
     value = {0: [0.5, 0.5], 1: [0.9, 0.1], 2: [0.1, 0.9], 3: [0.95, 0.05], 4: [0.8, 0.2]}
@@ -177,7 +177,7 @@ def _hand_tree():
 
 
 def test_pruning_undoes_splits_whose_leaves_agree_and_reindexes_the_tree():
-    from ferl._pruning import cost_complexity_prune
+    from ferl.tree.pruning import cost_complexity_prune
 
     tree = cost_complexity_prune(_hand_tree(), 0.0)
     assert tree.n_nodes == 3
@@ -191,8 +191,8 @@ def test_pruning_undoes_splits_whose_leaves_agree_and_reindexes_the_tree():
 
 
 def test_cost_complexity_pruning_undoes_the_weakest_link_while_it_saves_at_most_alpha_per_rule():
-    from ferl._pruning import cost_complexity_prune
-    from ferl._tree import FuzzyTree
+    from ferl.tree.fuzzy_tree import FuzzyTree
+    from ferl.tree.pruning import cost_complexity_prune
 
     # Root (weight 40) -> node 1 (20) and leaf 2 (20, class 1 at 0.9); node 1 -> leaves 3 (10, class 0
     # at 0.95) and 4 (10, class 1 at 0.6); every parent is the mixture of its children.
@@ -275,7 +275,7 @@ finite = st.floats(-1.7e308, 1.7e308, allow_nan=False, allow_infinity=False)
 @example(x=5e-324, c=0.0, d=1e-323)  # subnormal band
 @example(x=-0.0, c=-1e-323, d=0.0)
 def test_branch_free_shoulder_is_the_trapezoids_float(x, c, d):
-    # d = c + |width| could overflow to inf, a split no model holds (`ferl._model_files` rejects
+    # d = c + |width| could overflow to inf, a split no model holds (`ferl.io.model_files` rejects
     # an infinite end that is no shoulder): (inf - x) / (inf - c) is NaN on both paths, so the test
     # failed about once in 20,000 examples
     c, d = min(c, d), max(c, d)

@@ -1,4 +1,5 @@
-"""Leaf Gaussians (`ferl.typicality`) and the novelty discount of the evidence (`novelty_discount`)."""
+"""Leaf Gaussians (`ferl.novelty.typicality`) and the novelty discount of the evidence
+(`novelty_discount`)."""
 
 import numpy as np
 import pytest
@@ -7,10 +8,10 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
-from ferl._reliability import leaf_typicality
 from ferl.evidence import combine, discount
-from ferl.free_gaussians import VAR_FLOOR
-from ferl.typicality import (
+from ferl.novelty.free_gaussians import VAR_FLOOR
+from ferl.novelty.reliability import leaf_typicality
+from ferl.novelty.typicality import (
     CROSS_FIT,
     KAPPA,
     RELIABILITY_QUANTILES,
@@ -102,7 +103,7 @@ def test_leaf_gaussians_match_a_numpy_reference():
 
 
 def _path_residual(t, U, w, rows, leaf):
-    """Numpy reference of ``R_l`` (`ferl._leaf_paths`): free-feature Gaussians weighted by ``w``
+    """Numpy reference of ``R_l`` (`ferl.novelty.leaf_paths`): free-feature Gaussians weighted by ``w``
     (n, n_nodes), variance floored at VAR_FLOOR times the root's, averaged along ``leaf``'s path."""
     free = ~t.path_mask(U.shape[1])
     out, m, o = np.zeros(rows.sum()), 0, leaf
@@ -180,7 +181,8 @@ def test_the_reliability_reference_matches_a_numpy_cross_fit():
 
 
 def test_leaf_typicality_adds_half_the_path_residual_to_the_nll_per_feature(correlated):
-    """The discount's leaf score ``s_l = nll_l / d + R_l / 2`` (`ferl._reliability.leaf_typicality`), the
+    """The discount's leaf score ``s_l = nll_l / d + R_l / 2``
+    (`ferl.novelty.reliability.leaf_typicality`), the
     residual taken over the leaf's path with the fitted free-feature Gaussians."""
     clf, X, _ = correlated
     Z = np.vstack([X[:50], _planted(3, 60)])
@@ -312,7 +314,7 @@ def test_explanation_shows_the_discount(correlated, tmp_path):
 
 @pytest.mark.parametrize("variant", ["compact", "deep"])
 def test_discounted_sparse_read_out_equals_the_dense_textbook_discount(variant, correlated):
-    """`ferl._readout.discounted` maps each sparse entry to its node's reliability: the batched
+    """`ferl.readout.batch.discounted` maps each sparse entry to its node's reliability: the batched
     evidence equals `combine` of the dense firings times the dense reliabilities."""
     _, X, y = correlated
     clf = FERLClassifier(variant, random_state=0, novelty_discount="rules").fit(X, y)
@@ -328,7 +330,7 @@ def test_discounted_sparse_read_out_equals_the_dense_textbook_discount(variant, 
 def test_the_leaf_read_out_is_the_same_row_by_row_and_in_blas_blocks(correlated):
     """`leaf_terms` whitens a leaf's rows in one BLAS product from `BLAS_ROWS` rows on, one by one
     below: both paths give the same terms."""
-    from ferl.typicality import _leaf_kernel
+    from ferl.novelty.typicality import _leaf_kernel
 
     clf, X, _ = correlated
     g = clf.leaf_gaussians_

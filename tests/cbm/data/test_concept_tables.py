@@ -15,7 +15,7 @@ from cbm.data.concept_tables import (
     save_concept_table,
 )
 from cbm.detector.checkpoint import check_table_matches_checkpoint, checkpoint_concept_names
-from ferl.persist import atomic_write_bytes
+from ferl.io.persist import atomic_write_bytes
 
 CONCEPTS = ["wing::red", "wing::blue", "beak::long"]
 CLASSES = ["gull", "tern"]

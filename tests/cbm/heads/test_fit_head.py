@@ -17,7 +17,7 @@ from cbm.data.concept_tables import load_concept_table, save_concept_table
 from cbm.heads import fit as fit_mod
 from cbm.heads import load_head
 from cbm.heads.fit import INPUTS, evaluate_head, fit_head, fit_head_main, fit_head_parser
-from ferl.persist import current_folder, folder_lock
+from ferl.io.persist import current_folder, folder_lock
 
 K = 8
 CONCEPTS = [f"has_part::{j}" for j in range(K)]

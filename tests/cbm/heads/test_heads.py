@@ -9,7 +9,7 @@ from sklearn.preprocessing import FunctionTransformer
 
 from cbm.heads import HEADS, FERLHead, load_head, make_head
 from cbm.heads.fit import evaluate_head
-from ferl.persist import current_folder
+from ferl.io.persist import current_folder
 
 K = 10
 NAMES = [f"concept_{j}" for j in range(K)]

@@ -25,8 +25,8 @@ from cbm.openworld.fold import evaluate_fold
 from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_truth, precision_at_k
 from cbm.openworld.settings import EvalSettings
 from ferl import metrics as M
-from ferl import ood_metrics
 from ferl.benchmarks.ood import IsolationForestDetector, KNNDetector, MahalanobisDetector
+from ferl.metrics import ood as ood_metrics
 
 REPO = Path(__file__).resolve().parents[3]
 TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False, "enable_model_summary": False}
@@ -199,7 +199,7 @@ def test_attribute_naming_end_to_end_with_the_shipped_synthetic_config(tmp_path)
 
     Since FERL grows by information gain (entropy, chosen on the KEEL sets and needed against the
     chain collapse on many-class concepts) precision@3 fell to 0.5875 here (issue 14). Sharing the
-    nll's leaf term by the residual of the shallow nodes (`ferl.novelty.NAMING_DEPTH`) brought it
+    nll's leaf term by the residual of the shallow nodes (`ferl.novelty.scores.NAMING_DEPTH`) brought it
     back: precision@3 0.641 (per fold 0.771, 0.542, 0.701, 0.552, 0.639), against each image's own
     concepts 0.661; the bound is 0.6 again."""
     cfg = yaml.safe_load((REPO / "configs" / "openworld" / "synthetic.yaml").read_text())

@@ -20,8 +20,8 @@ from cbm.heads import load_head
 from cbm.heads.fit import fit_head_main
 from cbm.predict import Pipeline, predict_main, run_predict
 from cbm.predict.pipeline import COLUMNS, Predictions
+from ferl.io.persist import current_folder
 from ferl.metrics import fit_acceptance_threshold
-from ferl.persist import current_folder
 
 ROOT = Path(__file__).resolve().parents[3]
 PNG = b"\x89PNG\r\n\x1a\n"
