@@ -18,8 +18,10 @@ from ferl._inputs import (
 )
 from ferl._params import check_params
 from ferl._rules_mixin import RulesMixin
+from ferl.evidence.weights import fit_evidence_weights, rule_sources
 from ferl.explain import Explanation, build_explanation
 from ferl.io.model_files import ModelFilesMixin
+from ferl.novelty.blas import one_blas_thread
 from ferl.novelty.discount import typical_reliability
 from ferl.novelty.leaf_readout import leaf_totals
 from ferl.novelty.prototypes import fit_rule_prototypes
@@ -80,6 +82,13 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         given; when None, the preset's choice as resolved at fit time (``evidence_nodes_``).
     combination : {"dempster", "cautious"}, default="dempster"
         Dempster's rule (eq. 4) or Denoeux's cautious rule (eq. 13). Read at inference.
+    evidence_weights : {"tree", "learned"}, default="tree"
+        ``"tree"``: each fired node is the paper's mass ``phi_o p_o`` (section 3.2). ``"learned"``
+        (beyond the paper): the fired leaves and one "x_f is high" rule per feature are sources
+        whose weights of evidence are fitted by penalised log loss, combined by Dempster's rule
+        (Denœux 2019; `ferl.evidence.weights`): calibrated beliefs that pool every concept, as a
+        logistic regression does, with the tree's rules as extra sources. Fixed at fit;
+        ``combination`` and ``evidence_nodes`` then do not apply.
     n_bootstrap : int >= 1, default=25
         Bootstrap resamples B for learned splits.
     width_factor : float > 0, default=2.0
@@ -156,10 +165,13 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     rule_prototypes_ : RulePrototypes
         The supported leaves whose means are prototypes, and the training rows' reference scores
         of the default ``"typical"`` OOD score (`ferl.novelty.prototypes`).
+    evidence_weights_ : EvidenceWeights or None
+        The learned weights of evidence (``evidence_weights="learned"``), else None.
     """
 
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,
                  partition=None, gain=None, evidence_nodes=None, combination="dempster",
+                 evidence_weights="tree",
                  n_bootstrap=25, width_factor=2.0, min_width=0.05, min_gain=None, patience=None,
                  min_samples_leaf=None, prune=None, ccp_alpha=None, bounded_support=True, support_margin=1.0,
                  novelty_discount=False, random_state=None):
@@ -171,6 +183,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         self.gain = gain
         self.evidence_nodes = evidence_nodes
         self.combination = combination
+        self.evidence_weights = evidence_weights
         self.n_bootstrap = n_bootstrap
         self.width_factor = width_factor
         self.min_width = min_width
@@ -254,6 +267,12 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         self.n_rules_ = int(self.tree_.is_leaf.sum())
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
+        self.evidence_weights_ = None
+        if self.evidence_weights == "learned":
+            leaf_phi = fired.dense(fired.phi)[:, self.tree_.is_leaf]
+            with one_blas_thread():  # lbfgs on a few 10^4 weights: threads only contend
+                self.evidence_weights_ = fit_evidence_weights(
+                    rule_sources(X, self.feature_range_, leaf_phi), y_enc, sw, n_classes)
         self.rule_prototypes_ = None  # the reference's "leaf" scores below do not read it
         # read out directly: `ood_score` would validate the rows again, and warn that an ndarray
         # lacks the feature names of a DataFrame fitted on
@@ -335,4 +354,4 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         score = novelty.score()  # "typical", the default
         trust = (typical_reliability(score, self.rule_prototypes_.discount)[0]
                  if self._discount_mode() == "typical" else 1.0)
-        return build_explanation(self, phi, reliability, ranked, float(score[0]), float(radius[0]), trust)
+        return build_explanation(self, X, phi, reliability, ranked, float(score[0]), float(radius[0]), trust)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ferl.evidence.algebra import combine, discount, discount_evidence
+from ferl.evidence.weights import DECISIVE_SHARE, decisive_sources, evidence_from_weights, rule_sources
 from ferl.novelty.scores import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
@@ -92,6 +93,11 @@ class Explanation:
     reliability : float
         ``r(x)`` in [0, 1] of the combined evidence (`ferl.novelty.discount`): the masses above are
         the combined ones discounted by it (1 unless ``novelty_discount`` is ``"typical"``).
+    decisive : tuple of (str, float, float)
+        With learned weights of evidence (``evidence_weights="learned"``): the rules that decide
+        the prediction over the runner-up class, as (rule, source strength s(x), weight of
+        evidence in nats), strongest first, carrying `ferl.evidence.weights.DECISIVE_SHARE` of the
+        decisive weight (`ferl.evidence.weights.decisive_sources`); empty for the tree's evidence.
     """
 
     classes: tuple
@@ -109,6 +115,7 @@ class Explanation:
     robustness_radius: float
     sources: tuple
     reliability: float = 1.0
+    decisive: tuple = ()
 
     def to_dict(self) -> dict:
         """JSON-friendly nested dict (per-class values as a list of records)."""
@@ -129,6 +136,7 @@ class Explanation:
                                        strict=True)
             ],
             "anomalous_features": [a._asdict() for a in self.anomalous_features],
+            "decisive": [{"rule": r, "strength": s, "weight": w} for r, s, w in self.decisive],
             "sources": [
                 {"node": s.node, "rule_id": s.rule_id, "conditions": list(s.conditions), "firing": s.firing,
                  "reliability": s.reliability,
@@ -174,6 +182,11 @@ class Explanation:
         for c, p, b, pl in zip(self.classes, self.probability, self.belief, self.plausibility, strict=True):
             mark = "✓" if c in self.credal_set else ""
             lines.append(f"| {_md(c)} | {p:{f}} | {b:{f}} | {pl:{f}} | {mark} |")
+        if self.decisive:
+            lines += ["", f"**Decisive evidence** (the rules that carry {100 * DECISIVE_SHARE:g} % of the "
+                          "weight of evidence for the prediction over the runner-up)", "",
+                      "| rule | strength s(x) | weight of evidence (nats) |", "|---|---:|---:|"]
+            lines += [f"| {_md(r)} | {s:{f}} | {w:{f}} |" for r, s, w in self.decisive]
         lines += ["", "**Evidence that fired**", ""]
         if not self.sources:
             lines.append("No rule fired: the input lies outside the training support (vacuous mass).")
@@ -216,7 +229,8 @@ def _md(value) -> str:
     return str(value).replace("|", "\\|")
 
 
-def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous: list[AnomalousFeature],
+def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.ndarray,
+                      anomalous: list[AnomalousFeature],
                       ood_score: float, radius: float, evidence_reliability: float = 1.0) -> Explanation:
     """Assemble the `Explanation` of one validated input.
 
@@ -224,6 +238,8 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
     ----------
     model : FERLClassifier
         The fitted estimator (its tree, classes, feature names and evidence settings).
+    x : ndarray of shape (1, n_features), float64
+        The validated input (the learned weights' single-condition rules read it).
     phi : ndarray of shape (1, n_nodes)
         Node firings of the input, gates as configured.
     reliability : ndarray of shape (1, n_nodes)
@@ -243,7 +259,13 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
     """
     tree = model.tree_
     classes = tuple(_plain(c) for c in model.classes_)
-    paper = combine(discount(phi, reliability), tree.value, model._sources(), model.combination)
+    weights = model._weights()
+    if weights is None:
+        paper = combine(discount(phi, reliability), tree.value, model._sources(), model.combination)
+    else:
+        leaf_phi = discount(phi, reliability)[:, tree.is_leaf]
+        strengths = rule_sources(x, weights[1], leaf_phi)
+        paper = evidence_from_weights(weights[0], strengths)
     ev = discount_evidence(paper, np.array([evidence_reliability]))
     sources = []
     leaves = np.flatnonzero(tree.is_leaf)
@@ -260,6 +282,20 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
         ))
     in_set = ev.credal_set[0]
     proba = ev.pignistic[0]
+    decisive = ()
+    if weights is not None:
+        first, second = np.argsort(-paper.pignistic[0], kind="stable")[:2]
+        kept, contribution = decisive_sources(weights[0], strengths[0], int(first), int(second))
+        n_features = len(model.feature_names_)
+
+        def name(j):
+            if j < n_features:
+                return f"{model.feature_names_[j]} is high"
+            conditions = path_conditions(tree, int(leaves[j - n_features]), model.feature_names_)
+            return f"rule {j - n_features}: " + (" AND ".join(c.text for c in conditions) or "TRUE")
+
+        decisive = tuple((name(int(j)), float(strengths[0, j]), float(w))
+                         for j, w in zip(kept, contribution, strict=True))
     return Explanation(
         classes=classes, prediction=classes[int(np.argmax(paper.pignistic[0]))],  # `predict`'s label
         probability=tuple(float(v) for v in proba), belief=tuple(float(v) for v in ev.belief[0]),
@@ -268,5 +304,5 @@ def build_explanation(model, phi: np.ndarray, reliability: np.ndarray, anomalous
         credal_set=tuple(c for c, keep in zip(classes, in_set, strict=True) if keep),
         abstain=bool(ev.abstain[0]), firing=float(phi[0, leaves].sum()), ood_score=float(ood_score),
         anomalous_features=tuple(anomalous), robustness_radius=float(radius), sources=tuple(sources),
-        reliability=float(evidence_reliability),
+        reliability=float(evidence_reliability), decisive=decisive,
     )

@@ -160,6 +160,7 @@ PARAMETER_CONSTRAINTS: dict = {
     "gain": [Options({"entropy", "gini", "cci"}), None],
     "evidence_nodes": [Options({"leaves", "all"}), None],
     "combination": [Options({"dempster", "cautious"})],
+    "evidence_weights": [Options({"tree", "learned"})],
     "n_bootstrap": [Range(Integral, 1)],
     "width_factor": [Range(Real, 0, closed="neither")],
     "min_width": [Range(Real, 0, closed="neither")],

@@ -145,6 +145,9 @@ def section_cub(args) -> None:
     print(f"\n## CUB-shaped set: N = {args.cub_n} (+ {args.cub_n} test), d = {args.cub_d}, "
           f"C = {args.cub_classes}")
     models = {f"FERL-{v}": FERLClassifier(v, random_state=args.seed) for v in PRESETS}
+    # fit-head's FERL-deep on concept vectors (cbm.heads.models.CONCEPT_SETTINGS, learned weights)
+    models["FERL-deep-c"] = FERLClassifier("deep", random_state=args.seed, min_width=0.5, min_samples_leaf=1,
+                                           rules_per_class=8.0, evidence_weights="learned")
     models.update(baselines(args.seed))
     models["LR"] = LogisticRegression(max_iter=1000)
     cart_pred = None

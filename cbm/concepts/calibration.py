@@ -33,7 +33,8 @@ from cbm.data.concept_tables import check_concept_names
 from ferl.io.persist import atomic_write_text, read_json_object
 from ferl.metrics import expected_calibration_error
 
-__all__ = ["KINDS", "SCHEMA_VERSION", "ConceptCalibrator", "ConstantCalibrationWarning", "concept_ece"]
+__all__ = ["KINDS", "SCHEMA_VERSION", "ConceptCalibrator", "ConstantCalibrationWarning", "concept_ece",
+           "crossfit_calibrate"]
 
 #: Version of the ``calibration.json`` layout.
 SCHEMA_VERSION = 1
@@ -307,3 +308,44 @@ class ConceptCalibrator:
         cal.kinds_ = [str(m["kind"]) for m in maps]
         cal.n_samples_ = n_samples
         return cal
+
+
+def crossfit_calibrate(probs: np.ndarray, concept_labels: np.ndarray, concept_names: Sequence[str],
+                       folds: int = 2, seed: int = 0) -> np.ndarray:
+    """The calibration split's own rows, each calibrated by maps fitted on the other folds.
+
+    The maps fitted on val fit val's rows in-sample: their calibrated concepts are cleaner than
+    test's, so a threshold calibrated on them (a conformal set's) under-covers on test. Rows are
+    split into ``folds`` random folds (seeded); each fold is transformed by a `ConceptCalibrator`
+    fitted on the others, so every row is calibrated out of sample, like a test row.
+
+    Parameters
+    ----------
+    probs, concept_labels : ndarray of shape (n, k)
+        Raw concept probabilities in [0, 1] and 0/1 labels of the calibration split.
+    concept_names : sequence of str of length k
+    folds : int >= 2
+    seed : int
+
+    Returns
+    -------
+    ndarray of shape (n, k), float64 in [0, 1]
+
+    Raises
+    ------
+    ValueError
+        Fewer rows than folds, ``folds < 2``, or what `ConceptCalibrator.fit` refuses.
+    """
+    n = len(probs)
+    if folds < 2 or n < folds:
+        raise ValueError(f"crossfit_calibrate needs folds >= 2 and at least one row per fold; got {folds} "
+                         f"folds for {n} rows")
+    fold = np.random.default_rng(seed).permutation(n) % folds
+    out = np.empty(np.shape(probs), dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConstantCalibrationWarning)  # a fold's half of a rare concept
+        for k in range(folds):
+            part = fold == k
+            cal = ConceptCalibrator().fit(probs[~part], concept_labels[~part], concept_names)
+            out[part] = cal.transform(probs[part], concept_names)
+    return out

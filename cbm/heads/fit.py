@@ -44,15 +44,15 @@ import numpy as np
 import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
-from cbm.concepts.calibration import ConceptCalibrator, concept_ece
+from cbm.concepts.calibration import ConceptCalibrator, concept_ece, crossfit_calibrate
 from cbm.data.concept_tables import load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
+from cbm.heads.evaluate import conformal_metrics, evaluate_head
 from cbm.heads.models import FERL_SETTINGS
 from cbm.heads.tables import heads_frame, heads_markdown
 from cbm.heads.train_concepts import TRAIN_CONCEPTS, crossfit_table, resolve_train_concepts, train_inputs
 from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
-from ferl import metrics as M
 from ferl.io.persist import StepWriter, folder_lock
 
 __all__ = ["INPUTS", "evaluate_head", "fit_head", "fit_head_main", "fit_head_parser"]
@@ -142,54 +142,16 @@ def _calibration_summary(tables, calibrated) -> dict:
     return out
 
 
-def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
-                  concept_names: Sequence[str] | None = None) -> dict[str, float]:
-    """Test metrics of a fitted head (paper §4.1), computed with :mod:`ferl.metrics`.
-
-    Parameters
-    ----------
-    head : ConceptHead
-    X : ndarray of shape (n, k), float in [0, 1]
-    y : ndarray of shape (n,)
-        True labels, of the same kind as those given to `fit`.
-    concept_names : sequence of str, optional
-        Checked against the head's concepts when given.
-
-    Returns
-    -------
-    dict
-        ``accuracy`` and ``ece`` (fractions), ``aurc`` (0-100, confidence = the largest class
-        probability); for FERL heads also ``coverage``, ``determinacy``, ``mean_set_size``,
-        ``abstention_rate`` (all-class sets) and ``u65`` / ``u80`` of the credal sets.
-
-    Raises
-    ------
-    ValueError
-        A label the head never saw in fit, or bad concept vectors / names.
-    """
-    idx = head.class_index(y)
-    proba = head.predict_proba(X, concept_names)
-    pred = np.argmax(proba, axis=1)
-    out = {
-        "accuracy": M.accuracy(idx, pred),
-        "aurc": M.aurc(idx, pred, proba.max(axis=1)),
-        "ece": M.expected_calibration_error(idx, np.clip(proba, 0.0, 1.0)),
-    }
-    if isinstance(head, FERLHead):
-        sets = head.predict_set(X)
-        out.update(
-            coverage=M.coverage(idx, sets), determinacy=M.determinacy(sets),
-            mean_set_size=M.mean_set_size(sets), abstention_rate=float(sets.all(axis=1).mean()),
-            u65=M.u65(idx, sets), u80=M.u80(idx, sets),
-        )
-    return out
-
-
 def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y_train: np.ndarray,
-               y_test: np.ndarray, concept_names: list[str], seed: int, source: str,
-               ferl_settings: str = "concepts") -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
+               y_val: np.ndarray, y_test: np.ndarray, concept_names: list[str], seed: int, source: str,
+               ferl_settings: str = "concepts", coverage: float | None = 0.9, X_sets: dict | None = None,
+               ) -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
     """Fit and evaluate every head on both input kinds (FERL heads with their novelty threshold on
-    ``X_val``, the one `predict` reads); returns the results and the fitted heads by (name, kind)."""
+    ``X_val`` and their coverage-targeted credal set calibrated on ``X_sets``, the val rows calibrated
+    out of sample (`cbm.concepts.calibration.crossfit_calibrate`; ``X_val`` when None), what
+    `predict` reads; every head with split-conformal sets at ``coverage``); returns the results and
+    the fitted heads by (name, kind)."""
+    X_sets = X_val if X_sets is None else X_sets
     results: dict = {name: {} for name in names}
     fitted: dict[tuple[str, str], ConceptHead] = {}
     for kind in INPUTS:
@@ -202,7 +164,10 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
             fit_seconds = time.perf_counter() - start
             if isinstance(head, FERLHead):
                 head.fit_ood_threshold(X_val[kind])
+                head.fit_sets(X_sets[kind], y_val, coverage)
             metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
+            if coverage is not None:
+                metrics.update(conformal_metrics(head, X_sets[kind], y_val, X_test[kind], y_test, coverage))
             fitted[name, kind] = head
             results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
             log.info("%s (%s, %s train concepts): accuracy %.4f", name, kind, source, metrics["accuracy"])
@@ -219,6 +184,7 @@ def fit_head(
     train_concepts: str = "auto",
     compare_train_concepts: bool = True,
     ferl_settings: str = "concepts",
+    coverage: float | None = 0.9,
 ) -> dict:
     """Run the job; see the module docstring.
 
@@ -246,6 +212,10 @@ def fit_head(
         table "heads by training concepts".
     ferl_settings : {"concepts", "learner"}
         The FERL heads' learner settings (:data:`cbm.heads.models.CONCEPT_SETTINGS`).
+    coverage : float in (0, 1) or None
+        Target coverage of the FERL heads' credal sets, calibrated on val (split conformal on the
+        interval-dominance gap, `ferl.FERLClassifier.calibrate_sets`), and of every head's
+        split-conformal baseline sets; None keeps the paper's interval-dominance sets alone.
 
     Returns
     -------
@@ -272,6 +242,9 @@ def fit_head(
     names = _resolve_heads(list(heads))
     if ferl_settings not in FERL_SETTINGS:
         raise ValueError(f"ferl_settings must be one of {list(FERL_SETTINGS)}, got {ferl_settings!r}")
+    if coverage is not None and (isinstance(coverage, bool) or not isinstance(coverage, (int, float))
+                                 or not 0.0 < coverage < 1.0):
+        raise ValueError(f"coverage must be a number in (0, 1) or null, got {coverage!r}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}")  # before any fit
     with folder_lock(out):
@@ -302,17 +275,21 @@ def fit_head(
                 "calibrated": {s: calibrator.transform(t.probs, t.concept_names) for s, t in tables.items()},
             }
             y_train, y_test = class_names[train.y], class_names[test.y[seen]]
+            y_val = class_names[tables["val"].y]
             crossfit = crossfit_table(concepts, train)
             main = resolve_train_concepts(train_concepts, crossfit is not None)
             sources = [main] + [s for s in TRAIN_CONCEPTS if compare_train_concepts and s != main
                                 and (s != "cross-fitted" or crossfit is not None)]
             X_val = {kind: inputs[kind]["val"] for kind in INPUTS}
+            val = tables["val"]
+            X_sets = {"raw": val.probs, "calibrated": crossfit_calibrate(val.probs, val.concept_labels,
+                                                                         concept_names, seed=seed)}
             X_test = {kind: inputs[kind]["test"][seen] for kind in INPUTS}
             compared, fitted = {}, {}
             for source in sources:
                 compared[source], heads_of = _fit_heads(
-                    names, train_inputs(source, train, crossfit, calibrator), X_val, X_test, y_train, y_test,
-                    concept_names, seed, source, ferl_settings)
+                    names, train_inputs(source, train, crossfit, calibrator), X_val, X_test, y_train, y_val,
+                    y_test, concept_names, seed, source, ferl_settings, coverage, X_sets)
                 if source == main:
                     fitted = heads_of
             results = compared[main]
@@ -328,6 +305,7 @@ def fit_head(
                                 "map_kinds": dict(Counter(calibrator.kinds_)),
                                 "constant_maps": calibrator.constant_maps()},
                 "heads": results, "train_concepts": main, "ferl_settings": ferl_settings,
+                "coverage": coverage,
                 "train_concepts_compared": {
                     src: {h: {k: {m: r[h][k][m] for m in ("accuracy", "aurc", "ece")} for k in INPUTS}
                           for h in names}
@@ -370,6 +348,9 @@ def fit_head_parser() -> ArgumentParser:
                         help="also fit the heads on the other training-concept sources (reported only)")
     parser.add_argument("--ferl-settings", type=Literal["concepts", "learner"], default="concepts",
                         help="FERL heads: the concept-vector settings over the preset, or the preset alone")
+    parser.add_argument("--coverage", type=float | None, default=0.9,
+                        help="target coverage of the FERL heads' credal sets (calibrated on val) and of "
+                             "the split-conformal baseline sets; null: the paper's interval-dominance sets")
     add_threads_argument(parser)
     return parser
 
@@ -394,7 +375,8 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
         set_threads(cfg.threads)
         return fit_head(cfg.run or cfg.concepts, out, heads=[h.strip() for h in heads], seed=cfg.seed,
                         dataset=cfg.dataset, open_world=cfg.open_world, train_concepts=cfg.train_concepts,
-                        compare_train_concepts=cfg.compare_train_concepts, ferl_settings=cfg.ferl_settings)
+                        compare_train_concepts=cfg.compare_train_concepts, ferl_settings=cfg.ferl_settings,
+                        coverage=cfg.coverage)
 
     console_main("fit-head", job)
     print((out / "tables" / "heads.md").read_text())

@@ -31,36 +31,21 @@ CART_FILE = "model.skops"
 FERL_SETTINGS = ("concepts", "learner")
 
 #: `FERLClassifier` parameters of the FERL heads on concept vectors (``settings="concepts"``; ``fit-head
-#: --ferl-settings``, default ``concepts``), by variant; beyond the paper. Why: on noisy, near-binary concept
-#: probabilities every bootstrap resample finds its cut in the same gap between the two clusters, so the
-#: learned half-width ``gamma * MAD`` is 0 and every band is the ``min_width`` floor (all 200 cuts of
-#: FERL-deep on CUB-50: half-widths 0.05 at the 10th and 90th percentiles): the tree routes crisply, and one
-#: wrong concept sends an image down the wrong branch. Half-widths of half the concept's spread
-#: (``min_width=0.5``, about 0.5 on probabilities) route an image softly down both branches of an uncertain
-#: concept; the softer leaves then need ``min_samples_leaf=1`` and a larger budget (8 rules per class) to
-#: grow. Chosen by 5-fold cross-validation on the *train* split of CUB-50 (frozen Lite0, cross-fitted,
-#: calibrated concepts; 1,200 images, 50 classes; val and test not read), ``python
-#: scripts/bench_concept_heads.py runs/cub50_lite0``, mean accuracy (fold std): FERL-deep preset 51.8 (3.8);
-#: ``min_width`` 0.1 / 0.2 / 0.3 / 0.5 / 0.7: 52.0 / 57.0 / 60.1 / 61.1 / 61.1; with ``min_samples_leaf=1``
-#: and 4 / 8 / 16 rules per class, at 0.4: 61.1 / 62.7 / 62.7, at 0.5: 61.3 / 63.8 / 64.4, at 0.6: 60.7 / 63.0
-#: / 63.4 (``--seeds 1 2``: preset 53.0, chosen 63.6, 16 per class 63.5); CART 55.5 (3.3), LR 69.5 (3.1).
-#: Changed nothing: Laplace smoothing of the leaf distributions (-0.1 to -1.1), a firing-weighted mixture of
-#: the leaf distributions instead of Dempster's rule (+0.1), ``width_factor`` 0.25-4 (within 1). **The cost is
-#: in the credal read-out**: Dempster's rule over the many partly fired leaves of a soft route leaves a large
-#: m(Theta) even where the leaves agree (mean ignorance 0.07 -> 0.39), so the sets widen: abstention 6.5 -> 68
-#: %, u65 50.4 -> 31.0 (same CV); narrower bands trade accuracy for sets (0.3: 60.8 %, u65 45.1). Medium keeps
-#: its preset: 0.5 gave +1.6 / +0.5 accuracy (CV seeds 0 / 1-2, within the fold std) for u65 49.1 -> 30.0.
-#: Compact keeps its fixed partitions. The learner's defaults stay those chosen on the 30 KEEL sets
-#: (`ferl.presets`). The other jobs (``evaluate-openworld``, the independent heads of
-#: ``evaluate-interventions``) keep the preset (the head's default) until they are re-measured: on the open
-#: world (CUB-50, 5 folds of seed 0, ``scripts/bench_concept_heads.py --openworld``) the concept settings
-#: change the OOD AUROC of the residual 61.7 -> 52.1 and of the ignorance 52.9 -> 69.2 (kNN 69.2); the soft
-#: routes reach nearly every tested concept, so the interventions' ``evidence`` policy finds few groups that
-#: no fired rule tests.
+#: --ferl-settings``, default ``concepts``), by variant; beyond the paper. FERL-deep reads its evidence
+#: from learned weights of evidence (`ferl.evidence.weights`): the paper's combination of about 60 partly
+#: fired leaves is under-confident and less accurate than a logistic regression on noisy concept vectors,
+#: and the learned weights pool every concept as one-condition rules beside the tree's rules. Its bands are
+#: half the concept's spread (``min_width=0.5``): on near-binary concept probabilities every bootstrap cut
+#: falls in the same gap, the learned half-width is 0 and the tree routes crisply, so one wrong concept
+#: sends an image down the wrong branch. Both were chosen by cross-validation on the train split of a
+#: CUB-50 run (val and test not read): ``scripts/bench_concept_heads.py`` for the bands, the 3-fold CV of
+#: docs/results/real-heads.md for the weights (there ``min_samples_leaf=1`` with 8 rules per class, the
+#: tree-evidence setting, gained nothing and doubled the fit time). Medium and compact keep their presets;
+#: the learner's defaults stay those chosen on the 30 KEEL sets (`ferl.presets`).
 CONCEPT_SETTINGS: dict[str, dict] = {
     "compact": {},
     "medium": {},
-    "deep": {"min_width": 0.5, "min_samples_leaf": 1, "rules_per_class": 8.0},
+    "deep": {"min_width": 0.5, "evidence_weights": "learned"},
 }
 
 
@@ -94,15 +79,36 @@ class FERLHead(ConceptHead):
         self.variant = variant
         self.settings = settings
         self.ood_threshold_: dict | None = None
+        self.coverage_: float | None = None
 
     def _fit(self, X, y):
         params = CONCEPT_SETTINGS[self.variant] if self.settings == "concepts" else {}
         self.model_ = FERLClassifier(variant=self.variant, random_state=self.seed, **params)
         self.model_.fit(X, y, feature_names=self.concept_names_)
 
-    def predict_set(self, X: np.ndarray, concept_names: Sequence[str] | None = None) -> np.ndarray:
-        """Interval-dominance credal sets, bool ndarray of shape (n, C); all True = abstention."""
-        return self.model_.predict_set(self._check_X(X, concept_names))
+    def predict_set(self, X: np.ndarray, concept_names: Sequence[str] | None = None,
+                    coverage: float | str | None = "head") -> np.ndarray:
+        """Credal sets, bool ndarray of shape (n, C); all True = abstention.
+
+        ``coverage="head"`` (default): the coverage-targeted set at the head's ``coverage_`` when
+        `fit_sets` calibrated it, else the paper's interval-dominance set; None: the paper's set;
+        a float: that coverage (`ferl.FERLClassifier.predict_set`).
+        """
+        coverage = self.coverage_ if coverage == "head" else coverage
+        return self.model_.predict_set(self._check_X(X, concept_names), coverage=coverage)
+
+    def fit_sets(self, X: np.ndarray, y: np.ndarray, coverage: float | None) -> None:
+        """Calibrate the coverage-targeted credal set on held-out concept vectors ``X`` (n, k) with
+        labels ``y`` (rows of classes the head never saw are left out); ``coverage`` None keeps the
+        paper's interval-dominance set as the head's set. ValueError: a coverage outside (0, 1)."""
+        if coverage is not None and not 0.0 < coverage < 1.0:
+            raise ValueError(f"coverage must be in (0, 1) or null, got {coverage!r}")
+        seen = np.isin(np.asarray(y), self.classes_)
+        if coverage is not None and seen.any():
+            self.model_.calibrate_sets(self._check_X(X)[seen], np.asarray(y)[seen])
+            self.coverage_ = float(coverage)
+        else:
+            self.coverage_ = None
 
     def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "leaf",
                           fitted_on: str = "val") -> dict:
@@ -149,13 +155,21 @@ class FERLHead(ConceptHead):
 
     def _save_model(self, path):
         self.model_.save(path)
-        return {"variant": self.variant, "settings": self.settings, "ood_threshold": self.ood_threshold_}
+        return {"variant": self.variant, "settings": self.settings, "ood_threshold": self.ood_threshold_,
+                "coverage": self.coverage_}
 
     def _load_model(self, path, doc):
         self.variant = doc["variant"]
         self.settings = doc.get("settings", "learner")  # heads saved before it existed used the preset
         self.ood_threshold_ = doc.get("ood_threshold")  # absent in heads saved before it existed
         self.model_ = FERLClassifier.load(path)
+        coverage = doc.get("coverage")  # absent in heads saved before it existed
+        calibrated = getattr(self.model_, "set_scores_", None) is not None
+        if coverage is not None and (isinstance(coverage, bool) or not isinstance(coverage, (int, float))
+                                     or not 0.0 < coverage < 1.0 or not calibrated):
+            raise ValueError(f"head.json: coverage must be a number in (0, 1) with calibrated set scores, "
+                             f"got {coverage!r}")
+        self.coverage_ = coverage
 
 
 class CARTHead(ConceptHead):

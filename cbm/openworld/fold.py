@@ -75,7 +75,7 @@ __all__ = [
 #: 7: the ``typical`` and ``prototype`` scores (`ferl.novelty.prototypes`); 8: the ``typical`` novelty
 #: discount (`ferl.novelty.discount`): abstention and examples with it on; 9: ``typical`` with the leaf
 #: term without the paper's residual and the prototype distance in training ranges.
-RESULT_VERSION = 9
+RESULT_VERSION = 10
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 
@@ -285,7 +285,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     scores: dict[str, dict[str, np.ndarray]] = {}
     heads_out, fitted = {}, {}
     for h in settings.heads:
-        head = fitted[h] = make_head(h, seed).fit(X["train"], label_of[y_train], concept_names)
+        head = make_head(h, seed, settings=settings.ferl_settings)
+        head = fitted[h] = head.fit(X["train"], label_of[y_train], concept_names)
         _record(steps, f"head_fit:{h}", y_train, fold.retained, fold)
         for kind in settings.ferl_kinds:
             scores[f"{h}:{kind}"] = {p: ferl_score(head.model_, X[p], kind) for p in ("val", "test", "novel")}

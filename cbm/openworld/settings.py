@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ferl.benchmarks.confidence import BETP_KINDS
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED
 from ferl.io.persist import atomic_write_text
 from ferl.novelty.scores import OOD_KINDS
@@ -32,7 +33,8 @@ class EvalSettings:
         paper's "native residual"; ``ignorance-discounted``: m(Θ) with ``novelty_discount`` on,
         `ferl.novelty.discount`).
     baselines : tuple of str
-        Keys of :data:`ferl.benchmarks.ood.DETECTORS`.
+        Keys of :data:`ferl.benchmarks.ood.DETECTORS`: the dedicated detectors and a logistic
+        regression's own confidence (`ferl.benchmarks.confidence`).
     accept : float in (0, 1)
         Fraction of retained-class val inputs each threshold accepts.
     top_k : tuple of int
@@ -42,23 +44,27 @@ class EvalSettings:
     train_concepts : {"auto", "cross-fitted", "in-sample"}
         Training vectors of the heads and baselines (:mod:`cbm.heads.train_concepts`); ``auto``:
         cross-fitted when the fold's detector wrote them (``crossfit_folds`` in its config).
+    ferl_settings : {"concepts", "learner"}
+        The FERL heads' settings (:data:`cbm.heads.models.FERL_SETTINGS`); ``concepts``, as
+        ``fit-head`` fits them, so that the tables describe the head a user runs.
     """
 
     heads: tuple[str, ...] = ("ferl-deep",)
     ferl_kinds: tuple[str, ...] = ("typical", "leaf", "prototype", "nll", "residual", "combined",
-                                    "ignorance", DISCOUNTED, "firing")
-    baselines: tuple[str, ...] = ("mahalanobis", "knn", "iforest")
+                                    "ignorance", DISCOUNTED, "firing", *BETP_KINDS)
+    baselines: tuple[str, ...] = ("mahalanobis", "knn", "iforest", "lr-msp", "lr-entropy", "lr-energy")
     accept: float = 0.95
     top_k: tuple[int, ...] = (1, 3, 5)
     examples_per_fold: int = 2
     train_concepts: str = "auto"
+    ferl_settings: str = "concepts"
 
     def __post_init__(self) -> None:
         bad_heads = [h for h in self.heads if not h.startswith("ferl-")]
         if not self.heads or bad_heads:
             raise ValueError(f"heads must be FERL heads (ferl-compact/medium/deep) with OOD scores, "
                              f"got {list(self.heads)}")
-        kinds = (*OOD_KINDS, DISCOUNTED)
+        kinds = (*OOD_KINDS, DISCOUNTED, *BETP_KINDS)
         bad = [k for k in self.ferl_kinds if k not in kinds]
         if not self.ferl_kinds or bad:
             raise ValueError(f"unknown FERL OOD kinds {bad or 'none'}; choose from {list(kinds)}")
@@ -71,6 +77,8 @@ class EvalSettings:
             raise ValueError(f"top_k must be positive integers, got {list(self.top_k)}")
         if self.examples_per_fold < 0:
             raise ValueError("examples_per_fold must be >= 0")
+        if self.ferl_settings not in ("concepts", "learner"):
+            raise ValueError(f"ferl_settings must be concepts or learner, got {self.ferl_settings!r}")
         if self.train_concepts not in ("auto", "cross-fitted", "in-sample"):
             raise ValueError("train_concepts must be auto, cross-fitted or in-sample, "
                              f"got {self.train_concepts!r}")

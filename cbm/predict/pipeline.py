@@ -306,9 +306,10 @@ class Pipeline:
         rows, index = [], np.cumsum(ok) - 1
         if X.shape[0]:
             model = self.head.model_
-            read = model.credal_readout(X, self.threshold["kind"])  # one firing pass for the three
+            # one firing pass for the three; the set at the head's calibrated coverage (fit-head's)
+            read = model.credal_readout(X, self.threshold["kind"], getattr(self.head, "coverage_", None))
             ev, ood = read.evidence, read.ood_score
-            proba, sets, mass = ev.pignistic, ev.credal_set, ev.mass
+            proba, sets, mass = ev.pignistic, read.credal_set, ev.mass
             attrs = model.anomalous_features(X, top_k=self.top_k)
         classes = [str(c) for c in self.head.classes_]
         for i in range(n):

@@ -25,6 +25,7 @@ from sklearn.ensemble import IsolationForest
 from sklearn.neighbors import NearestNeighbors
 
 from ferl import metrics as M
+from ferl.benchmarks.confidence import BETP_KINDS, ConfidenceDetector, confidence_score
 from ferl.benchmarks.protocol import FoldData
 from ferl.novelty.discount import discounting
 
@@ -112,6 +113,9 @@ DETECTORS = {
     "mahalanobis": ("Mahalanobis", lambda seed: MahalanobisDetector()),
     "knn": ("kNN (k=5)", lambda seed: KNNDetector(5)),
     "iforest": ("Isolation Forest", lambda seed: IsolationForestDetector(seed)),
+    "lr-msp": ("LR 1 − max p", lambda seed: ConfidenceDetector("msp")),
+    "lr-entropy": ("LR entropy", lambda seed: ConfidenceDetector("entropy")),
+    "lr-energy": ("LR energy", lambda seed: ConfidenceDetector("energy")),
 }
 
 
@@ -181,7 +185,7 @@ def run_leave_one_class_out(
             rows.append({"holdout": held, "detector": name, **row})
         for method, estimator in ferl_models.items():
             model = clone(estimator).fit(X_fit, y_fit)
-            for kind in (*FERL_OOD_KINDS, DISCOUNTED):
+            for kind in (*FERL_OOD_KINDS, DISCOUNTED, *BETP_KINDS):
                 try:
                     s_val, s_id, s_ood = (ferl_score(model, X, kind) for X in (X_val, X_id, X_ood))
                 except AttributeError:
@@ -201,7 +205,8 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
         A fitted model (left with its own ``novelty_discount``).
     X : ndarray of shape (n_samples, n_features)
     kind : str
-        One of `ferl.novelty.scores.OOD_KINDS` or `DISCOUNTED`.
+        One of `ferl.novelty.scores.OOD_KINDS`, `DISCOUNTED`, or FERL's class evidence read as a
+        confidence score (`ferl.benchmarks.confidence.BETP_KINDS`).
 
     Returns
     -------
@@ -214,6 +219,8 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
     ValueError
         An unknown ``kind``.
     """
+    if kind in BETP_KINDS:
+        return confidence_score(model.predict_proba(X), kind.removeprefix("betp-"))
     if kind != DISCOUNTED:
         return model.ood_score(X, kind=kind)
     with discounting(model):

@@ -171,11 +171,13 @@ def pignistic(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
     return mass + ignorance[:, None] / mass.shape[1]
 
 
-def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
+def interval_dominance(mass: np.ndarray, ignorance: np.ndarray, between_pl: np.ndarray | None = None
+                       ) -> np.ndarray:
     """Credal prediction set by interval dominance (paper eq. 4).
 
     ``S(x) = {c : Pl(c) >= max_j Bel(j)} = {c : m({c}) >= max_j m({j}) - m(Theta)}``, compared with
-    tolerance `DOMINANCE_TOL`. Never empty: the best-supported class is always in it.
+    tolerance `DOMINANCE_TOL`; ``Pl`` adds ``between_pl`` (`Evidence`) when given. Never empty:
+    the best-supported class is always in it.
 
     Returns
     -------
@@ -189,6 +191,13 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
     """
     mass = np.asarray(mass, dtype=np.float64)  # not yet contiguous: that makes a scalar shape (1,)
     ignorance = np.asarray(ignorance, dtype=np.float64)
+    if between_pl is not None:
+        between_pl = np.asarray(between_pl, dtype=np.float64)
+        if between_pl.shape != mass.shape or not np.isfinite(between_pl).all():
+            raise ValueError(f"interval_dominance: between_pl must be finite and of the masses' shape "
+                             f"{mass.shape}, got {between_pl.shape}")
+        mass_pl = mass + between_pl
+
     if mass.ndim != 2 or ignorance.shape != mass.shape[:1]:
         raise ValueError(f"interval_dominance needs masses (n, C) and ignorance (n,); got {mass.shape} "
                          f"and {ignorance.shape}")
@@ -197,13 +206,14 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
         raise ValueError("interval_dominance: the masses and the ignorance must be finite (NaN or inf given)")
     if mass.shape[1] == 0:
         raise ValueError("interval_dominance needs at least one class (masses of shape (n, 0) given)")
-    return _dominance(mass, ignorance, DOMINANCE_TOL)
+    pl_part = mass if between_pl is None else np.ascontiguousarray(mass_pl)
+    return _dominance(mass, pl_part, ignorance, DOMINANCE_TOL)
 
 
 @njit(cache=True)
-def _dominance(mass, ignorance, tol):
-    """`interval_dominance` row by row: numpy's ``max(axis=1)`` over a few classes cost 5 % of the
-    10^5-row read-out (the same comparisons, so the same sets)."""
+def _dominance(mass, pl_part, ignorance, tol):
+    """`interval_dominance` row by row (numpy's ``max(axis=1)`` over a few classes is slower; the
+    same comparisons, so the same sets). ``pl_part`` is ``Pl - m(Theta)``."""
     n, n_classes = mass.shape
     out = np.empty((n, n_classes), dtype=np.bool_)
     for i in range(n):
@@ -211,13 +221,18 @@ def _dominance(mass, ignorance, tol):
         for c in range(1, n_classes):
             best = max(best, mass[i, c])
         for c in range(n_classes):
-            out[i, c] = mass[i, c] + ignorance[i] >= best - tol
+            out[i, c] = pl_part[i, c] + ignorance[i] >= best - tol
     return out
 
 
 @dataclass(frozen=True)
 class Evidence:
     """Combined evidential output for a batch of samples.
+
+    The tree's combination (paper eq. 4) has focal sets on the singletons and on Theta only. A
+    mass function with other focal sets (the learned weights of evidence, `ferl.evidence.weights`)
+    also carries, per class, the mass of the focal sets strictly between {c} and Theta that
+    contain c: what they add to the plausibility and to the pignistic probability.
 
     Attributes
     ----------
@@ -227,11 +242,18 @@ class Evidence:
         m(Theta) in [0, 1]; 1 is the vacuous mass (no evidence).
     conflict : ndarray of shape (n_samples,)
         Mass on the empty set before normalisation, 1 - Z, in [0, 1].
+    between_pl : ndarray of shape (n_samples, n_classes) or None
+        ``sum m(A)`` over the focal sets A with ``{c} < A < Theta``, ``c in A``; None (the tree's
+        evidence) means 0.
+    between_betp : ndarray of shape (n_samples, n_classes) or None
+        ``sum m(A) / |A|`` over the same sets; None means 0.
     """
 
     mass: np.ndarray
     ignorance: np.ndarray
     conflict: np.ndarray
+    between_pl: np.ndarray | None = None
+    between_betp: np.ndarray | None = None
 
     @property
     def belief(self) -> np.ndarray:
@@ -240,18 +262,20 @@ class Evidence:
 
     @property
     def plausibility(self) -> np.ndarray:
-        """Pl(c) = m({c}) + m(Theta), shape (n_samples, n_classes)."""
-        return self.mass + self.ignorance[:, None]
+        """Pl(c) = m({c}) + m(Theta) (+ `between_pl`), shape (n_samples, n_classes)."""
+        pl = self.mass + self.ignorance[:, None]
+        return pl if self.between_pl is None else pl + self.between_pl
 
     @property
     def pignistic(self) -> np.ndarray:
-        """BetP, shape (n_samples, n_classes); see `pignistic`."""
-        return pignistic(self.mass, self.ignorance)
+        """BetP, shape (n_samples, n_classes); see `pignistic` (+ `between_betp`)."""
+        betp = pignistic(self.mass, self.ignorance)
+        return betp if self.between_betp is None else betp + self.between_betp
 
     @property
     def credal_set(self) -> np.ndarray:
         """Interval-dominance set S(x), bool of shape (n_samples, n_classes)."""
-        return interval_dominance(self.mass, self.ignorance)
+        return interval_dominance(self.mass, self.ignorance, self.between_pl)
 
     @property
     def abstain(self) -> np.ndarray:
@@ -330,8 +354,11 @@ def discount_evidence(ev: Evidence, reliability: np.ndarray) -> Evidence:
         raise ValueError("reliabilities must lie in [0, 1]")
     if (reliability == 1.0).all():
         return ev
-    return Evidence(mass=ev.mass * reliability[:, None], ignorance=1.0 - reliability * (1.0 - ev.ignorance),
-                    conflict=ev.conflict)
+    r = reliability[:, None]
+    return Evidence(mass=ev.mass * r, ignorance=1.0 - reliability * (1.0 - ev.ignorance),
+                    conflict=ev.conflict,
+                    between_pl=None if ev.between_pl is None else ev.between_pl * r,
+                    between_betp=None if ev.between_betp is None else ev.between_betp * r)
 
 
 _RULES = {"dempster": dempster_combine, "cautious": cautious_combine}

@@ -19,6 +19,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ferl._params import check_params
+from ferl.evidence.weights import EvidenceWeights
 from ferl.io import persist
 from ferl.novelty.prototypes import RulePrototypes
 from ferl.novelty.typicality import RIDGE, LeafGaussians
@@ -38,6 +39,11 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     arrays.update({f"prototype_{k}": getattr(est.rule_prototypes_, k) for k in RulePrototypes.SAVED_FIELDS})
     if est.rule_alone_ is not None:
         arrays["rule_alone"] = est.rule_alone_
+    if getattr(est, "set_scores_", None) is not None:
+        arrays["set_scores"] = est.set_scores_
+    if getattr(est, "evidence_weights_", None) is not None:
+        weights = est.evidence_weights_
+        arrays.update({f"weights_{k}": getattr(weights, k) for k in EvidenceWeights.SAVED_FIELDS})
     if est.partitions_ is not None:
         arrays["partitions"] = est.partitions_
     classes = est.classes_
@@ -110,7 +116,32 @@ def load_classifier(cls, path: str | os.PathLike):
     est.n_rules_ = int(tree.is_leaf.sum())
     est.evidence_nodes_ = fitted_nodes
     est.rule_alone_ = arrays.get("rule_alone")  # None in files saved before it was recorded
+    est.evidence_weights_ = _load_weights(path, est, tree, meta, arrays)
+    scores = arrays.get("set_scores")
+    if scores is not None:
+        if scores.ndim != 1 or not scores.size or scores.dtype != np.float64 or not np.isfinite(scores).all():
+            raise ValueError(f"{path}: corrupted model (set_scores must be finite float64 of shape "
+                             f"(n_cal,)); calibrate and save the model again")
+        est.set_scores_ = scores
     return est
+
+
+def _load_weights(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> EvidenceWeights | None:
+    """The learned weights of evidence of a ``evidence_weights="learned"`` model (finite, of shapes
+    (n_classes, n_features + n_leaves) and (n_classes,)), else None; ValueError names a problem."""
+    if est.evidence_weights == "tree":
+        return None
+    n_sources = meta["n_features_in"] + int(tree.is_leaf.sum())
+    shapes = {"coef": (meta["n_classes"], n_sources), "intercept": (meta["n_classes"],)}
+    values = {}
+    for k, shape in shapes.items():
+        v = arrays.get(f"weights_{k}")
+        if v is None or v.shape != shape or v.dtype != np.float64 or not np.isfinite(v).all():
+            got = None if v is None else (v.shape, v.dtype)
+            raise ValueError(f"{path}: corrupted model (weights_{k} must be finite float64 of shape {shape}, "
+                             f"got {got}); refit and save the model again")
+        values[k] = v
+    return EvidenceWeights(**values)
 
 
 def _check_loaded(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> None:

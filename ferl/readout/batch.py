@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from ferl.evidence.algebra import Evidence, combine_sparse, discount, discount_evidence
+from ferl.evidence.weights import EvidenceWeights, evidence_from_weights, rule_sources
 from ferl.novelty.discount import typical_reliability
 from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
 from ferl.novelty.prototypes import RulePrototypes, prototype_kind
@@ -85,7 +86,8 @@ class CredalReadout:
 def _concat(cls, parts):
     if len(parts) == 1:
         return parts[0]
-    return cls(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
+    return cls(*(None if getattr(parts[0], f.name) is None
+                 else np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)))
 
 
 def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Firing,
@@ -120,7 +122,8 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
 def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool, margin: np.ndarray,
              sources: np.ndarray, rule: str, evidence: bool = True, novelty: bool = False,
              novelty_discount: str | None = None, score: str | None = None,
-             prototypes: RulePrototypes | None = None) -> Readout:
+             prototypes: RulePrototypes | None = None,
+             weights: tuple[EvidenceWeights, np.ndarray] | None = None) -> Readout:
     """Evidence, novelty and / or an OOD score of validated inputs from one firing pass per chunk.
 
     Parameters
@@ -152,6 +155,9 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         None for none.
     prototypes : RulePrototypes or None
         The tree's rule prototypes; needed by the kinds of `ferl.novelty.prototypes`.
+    weights : (EvidenceWeights, ndarray of shape (n_features, 2)) or None
+        Learned weights of evidence and the training feature ranges (`ferl.evidence.weights`): the
+        evidence combines the weighted rules instead of the nodes' masses; None for the paper's.
 
     Returns
     -------
@@ -192,7 +198,11 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         if evidence:
             if discount == "rules":
                 fired = discounted(tree, leaves, rows, fired, leaf_nll)[0]
-            parts_e.append(combine_sparse(fired, tree.value, sources, rule))
+            if weights is None:
+                parts_e.append(combine_sparse(fired, tree.value, sources, rule))
+            else:
+                leaf_phi = fired.dense(fired.phi)[:, tree.is_leaf]
+                parts_e.append(evidence_from_weights(weights[0], rule_sources(rows, weights[1], leaf_phi)))
             if discount == "typical":
                 reliability = typical_reliability(typical, prototypes.discount)
                 parts_e[-1] = discount_evidence(parts_e[-1], reliability)

@@ -4,9 +4,12 @@ inputs (``_check_X``) and knows its gate margins (``_gate_margin``)."""
 
 from __future__ import annotations
 
+from typing import Self
+
 import numpy as np
 
 from ferl.evidence.algebra import Evidence
+from ferl.evidence.conformal import coverage_set
 from ferl.novelty.scores import OOD_KINDS, AnomalousFeature, Novelty
 from ferl.readout.batch import CredalReadout, Readout, discounted, read_out
 
@@ -31,7 +34,13 @@ class ReadoutMixin:
         mode = self._discount_mode()
         return read_out(self.tree_, self.leaf_gaussians_, X, bool(self.bounded_support),
                         self._gate_margin(), self._sources(), self.combination, evidence, novelty,
-                        None if mode == "typical" and not typical else mode, score, self.rule_prototypes_)
+                        None if mode == "typical" and not typical else mode, score, self.rule_prototypes_,
+                        self._weights())
+
+    def _weights(self):
+        """The learned weights of evidence and the feature ranges (`ferl.readout.batch.read_out`), or None."""
+        weights = getattr(self, "evidence_weights_", None)
+        return None if weights is None else (weights, self.feature_range_)
 
     def _discount_mode(self) -> str | None:
         """`novelty_discount` as `ferl.readout.batch.read_out` takes it: None (off), "typical" or "rules"."""
@@ -91,14 +100,53 @@ class ReadoutMixin:
         proba = self._read(self._check_X(X), typical=False).evidence.pignistic
         return self.classes_[np.argmax(proba, axis=1)]
 
-    def predict_set(self, X) -> np.ndarray:
-        """Interval-dominance credal set S(x) (eq. 4), bool ndarray of shape (n_samples, n_classes).
+    def predict_set(self, X, coverage: float | None = None) -> np.ndarray:
+        """Credal set S(x), bool ndarray of shape (n_samples, n_classes); a row of all True abstains.
 
-        Columns follow ``classes_``; a row of all True is an abstention.
+        ``coverage=None``: the paper's interval-dominance set (eq. 4). A coverage in (0, 1): the
+        DS-conformal set of appendix F, the classes whose plausibility reaches a threshold
+        calibrated on the held-out inputs given to `calibrate_sets`
+        (`ferl.evidence.conformal.coverage_set`). With the novelty discount on, the discounted
+        plausibility ``r Pl + 1 - r`` only widens these sets. Columns follow ``classes_``.
+
+        Raises
+        ------
+        ValueError
+            Bad ``X``, a coverage outside (0, 1), or a coverage asked of a model never calibrated.
         """
-        return self.evidence(X).credal_set
+        return self._credal_set(self.evidence(X), coverage)
 
-    def credal_readout(self, X, kind: str = "typical") -> CredalReadout:
+    def _credal_set(self, ev: Evidence, coverage: float | None) -> np.ndarray:
+        if coverage is None:
+            return ev.credal_set
+        scores = getattr(self, "set_scores_", None)
+        if scores is None:
+            raise ValueError("predict_set(coverage=...) needs held-out scores: call "
+                             "calibrate_sets(X_cal, y_cal) first")
+        return coverage_set(ev.plausibility, scores, coverage)
+
+    def calibrate_sets(self, X, y) -> Self:
+        """Store ``1 - Pl(y)`` of held-out inputs at their true class (``set_scores_``, float64
+        (n_cal,), sorted), for `predict_set` with a ``coverage`` (split conformal, paper appendix
+        F). Read without the novelty discount. Returns self.
+
+        Raises
+        ------
+        ValueError
+            Bad ``X``, labels of another length or not among ``classes_``.
+        """
+        X = self._check_X(X)
+        y = np.asarray(y)
+        if y.shape != (X.shape[0],):
+            raise ValueError(f"calibrate_sets: y has shape {y.shape}, expected ({X.shape[0]},)")
+        index = np.minimum(np.searchsorted(self.classes_, y), len(self.classes_) - 1)
+        if (self.classes_[index] != y).any():
+            raise ValueError("calibrate_sets: y holds labels that are not among classes_")
+        ev = self._read(X, typical=False).evidence
+        self.set_scores_ = np.sort(1.0 - ev.plausibility[np.arange(X.shape[0]), index])
+        return self
+
+    def credal_readout(self, X, kind: str = "typical", coverage: float | None = None) -> CredalReadout:
         """The credal set, the evidence and the OOD score of ``X`` from one firing pass.
 
         Equal to ``predict_set(X)``, ``evidence(X)`` and ``ood_score(X, kind)`` (the same floats),
@@ -119,6 +167,8 @@ class ReadoutMixin:
         X : array-like of shape (n_samples, n_features_in_)
         kind : str, default="typical"
             The OOD score's kind, one of `ferl.novelty.scores.OOD_KINDS` (see `ood_score`).
+        coverage : float in (0, 1) or None, default=None
+            The credal set's target coverage, as in `predict_set`.
 
         Returns
         -------
@@ -131,7 +181,7 @@ class ReadoutMixin:
             An unknown ``kind``, NaN / inf in X, or a feature count other than ``n_features_in_``.
         """
         out = self._read(self._check_X(X), score=_kind(kind))
-        return CredalReadout(out.evidence.credal_set, out.evidence, out.score)
+        return CredalReadout(self._credal_set(out.evidence, coverage), out.evidence, out.score)
 
     # ------------------------------------------------------------------ novelty (ferl.novelty.scores)
     def _novelty(self, X) -> Novelty:

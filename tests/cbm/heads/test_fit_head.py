@@ -79,7 +79,16 @@ def test_files_of_a_run(run):
     assert set(entry["heads"]["ferl-deep"]["raw"]) >= {"accuracy", "aurc", "ece", "coverage", "mean_set_size",
                                                        "abstention_rate", "u65", "u80", "size"}
     assert "coverage" not in entry["heads"]["lr"]["calibrated"]
+    # the coverage-targeted sets (default 0.9, calibrated on val) beside the interval-dominance ones and
+    # every head's split-conformal sets
+    assert entry["coverage"] == 0.9
+    deep = entry["heads"]["ferl-deep"]["calibrated"]
+    assert {"paper_coverage", "paper_mean_set_size", "conformal_coverage"} <= set(deep)
+    assert 0.0 < entry["heads"]["lr"]["calibrated"]["conformal_mean_set_size"] <= 4
+    head = json.loads((current_folder(run / "head" / "ferl-deep" / "calibrated") / "head.json").read_text())
+    assert head["coverage"] == 0.9
     table = (run / "tables" / "heads.md").read_text()
+    assert "at 90 % target coverage" in table
     for row in ("FERL-compact", "FERL-deep", "CART", "| LR |", "Concept-restricted LR", "FERL credal sets",
                 "BetP(c) = m({c}) + m(Θ)/C"):  # the last: why an accurate FERL head can show a large ECE
         assert row in table

@@ -220,6 +220,7 @@ def test_ferl_settings_are_saved_and_checked(tmp_path):
     assert head.settings == "learner" and head.model_.min_width == 0.05  # the preset alone
     concepts = make_head("ferl-deep", settings="concepts").fit(X, y, NAMES)
     loaded = load_head(concepts.save(tmp_path / "h"))
-    assert loaded.settings == "concepts" and loaded.model_.min_samples_leaf == 1
+    assert loaded.settings == "concepts" and loaded.model_.min_width == 0.5
+    assert loaded.model_.evidence_weights == "learned" and loaded.model_.evidence_weights_ is not None
     with pytest.raises(ValueError, match="settings must be one of"):
         make_head("ferl-deep", settings="tabular")
