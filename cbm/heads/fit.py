@@ -146,9 +146,9 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
                y_val: np.ndarray, y_test: np.ndarray, concept_names: list[str], seed: int, source: str,
                ferl_settings: str = "concepts", coverage: float | None = 0.9, X_sets: dict | None = None,
                ) -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
-    """Fit and evaluate every head on both input kinds (FERL heads with their novelty threshold on
-    ``X_val`` and their coverage-targeted credal set calibrated on ``X_sets``, the val rows calibrated
-    out of sample (`cbm.concepts.calibration.crossfit_calibrate`; ``X_val`` when None), what
+    """Fit and evaluate every head on both input kinds (FERL heads with their novelty threshold and
+    their coverage-targeted credal set calibrated on ``X_sets``, the val rows calibrated out of sample
+    (`cbm.concepts.calibration.crossfit_calibrate`; ``X_val`` when None), what
     `predict` reads; every head with split-conformal sets at ``coverage``); returns the results and
     the fitted heads by (name, kind)."""
     X_sets = X_val if X_sets is None else X_sets
@@ -163,7 +163,7 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
             head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
             fit_seconds = time.perf_counter() - start
             if isinstance(head, FERLHead):
-                head.fit_ood_threshold(X_val[kind])
+                head.fit_ood_threshold(X_sets[kind])  # val calibrated out of sample, like test
                 head.fit_sets(X_sets[kind], y_val, coverage)
             metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
             if coverage is not None:

@@ -110,24 +110,18 @@ class FERLHead(ConceptHead):
         else:
             self.coverage_ = None
 
-    def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str = "leaf",
+    def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str | None = None,
                           fitted_on: str = "val") -> dict:
         """Fit the novelty threshold that accepts ``accept`` of the in-distribution inputs ``X``.
 
         The open-world protocol's rule (:func:`ferl.metrics.fit_acceptance_threshold`, paper Table 3
         "Reject" column): the ``ceil(accept * n)``-th smallest OOD score of ``X`` (n, k), so "score <=
-        value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 % with
-        the ``leaf`` score (`ferl.novelty.scores`), not the learner's default ``typical``
-        (`ferl.novelty.prototypes`). Chosen by measurement on a demo run (``make demo``, ferl-deep on
-        calibrated concepts, 6 held-out classes; ``python scripts/bench_ood_kinds.py runs/demo``):
-        at 95 % of val accepted, ``leaf`` flags 60.3 % of the held-out images and accepts 95.6 % of
-        the test images, ``typical`` 59.2 % and 94.4 % (AUROC 76.1 vs 77.6), ``nll`` 59.4 % and
-        95.0 %, the paper's ``combined`` 56.1 % and 94.4 % (with a quarter of the residual in
-        ``leaf``, before `ferl.novelty.scores.LEAF_RESIDUAL` became 0: 65.0 % and 94.4 %). fit-head's heads
-        grow rules down to one training row (`CONCEPT_SETTINGS`), so few leaves are prototypes, and
-        the prototype distance's reference is the in-sample train concepts, cleaner than any test
-        image's. On the open world's learner-preset heads ``typical`` leads (``evaluate-openworld``,
-        synthetic: 92.1 vs 89.0 for ``leaf``).
+        value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 %.
+        ``kind`` None: ``energy`` for a head with learned weights of evidence (the open-world score
+        that ranks held-out classes best on real concept vectors, ahead of a logistic regression's
+        own energy and entropy; docs/results/real-heads.md), else ``leaf``, which flagged the most
+        held-out images of a demo run's tree-evidence head (``python scripts/bench_ood_kinds.py
+        runs/demo``).
 
         Returns
         -------
@@ -139,6 +133,8 @@ class FERLHead(ConceptHead):
         ValueError
             Bad concept vectors, an unknown ``kind``, ``accept`` outside (0, 1].
         """
+        if kind is None:
+            kind = "energy" if getattr(self.model_, "evidence_weights_", None) is not None else "leaf"
         scores = self.model_.ood_score(self._check_X(X), kind)
         self.ood_threshold_ = {"kind": kind, "accept": float(accept),
                                "value": fit_acceptance_threshold(scores, accept), "fitted_on": fitted_on,

@@ -75,7 +75,7 @@ __all__ = [
 #: 7: the ``typical`` and ``prototype`` scores (`ferl.novelty.prototypes`); 8: the ``typical`` novelty
 #: discount (`ferl.novelty.discount`): abstention and examples with it on; 9: ``typical`` with the leaf
 #: term without the paper's residual and the prototype distance in training ranges.
-RESULT_VERSION = 10
+RESULT_VERSION = 11
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 

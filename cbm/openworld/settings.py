@@ -51,7 +51,7 @@ class EvalSettings:
 
     heads: tuple[str, ...] = ("ferl-deep",)
     ferl_kinds: tuple[str, ...] = ("typical", "leaf", "prototype", "nll", "residual", "combined",
-                                    "ignorance", DISCOUNTED, "firing", *BETP_KINDS)
+                                    "ignorance", DISCOUNTED, "firing", *BETP_KINDS, "energy")
     baselines: tuple[str, ...] = ("mahalanobis", "knn", "iforest", "lr-msp", "lr-entropy", "lr-energy")
     accept: float = 0.95
     top_k: tuple[int, ...] = (1, 3, 5)

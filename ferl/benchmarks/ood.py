@@ -185,7 +185,9 @@ def run_leave_one_class_out(
             rows.append({"holdout": held, "detector": name, **row})
         for method, estimator in ferl_models.items():
             model = clone(estimator).fit(X_fit, y_fit)
-            for kind in (*FERL_OOD_KINDS, DISCOUNTED, *BETP_KINDS):
+            for kind in (*FERL_OOD_KINDS, "energy", DISCOUNTED, *BETP_KINDS):
+                if kind == "energy" and getattr(model, "evidence_weights_", None) is None:
+                    continue  # the tree's evidence has no weights of evidence
                 try:
                     s_val, s_id, s_ood = (ferl_score(model, X, kind) for X in (X_val, X_id, X_ood))
                 except AttributeError:

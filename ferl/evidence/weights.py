@@ -42,8 +42,8 @@ from sklearn.linear_model import LogisticRegression
 
 from ferl.evidence.algebra import Evidence
 
-__all__ = ["DECISIVE_SHARE", "PENALTY_C", "EvidenceWeights", "decisive_sources", "evidence_from_weights",
-           "fit_evidence_weights", "rule_sources"]
+__all__ = ["DECISIVE_SHARE", "PENALTY_C", "EvidenceWeights", "decisive_sources", "evidence_energy",
+           "evidence_from_weights", "fit_evidence_weights", "rule_sources"]
 
 #: Inverse L2 penalty of the weights' log loss (scikit-learn's ``C``); see the module docstring.
 PENALTY_C = 1.0
@@ -280,4 +280,17 @@ def decisive_sources(weights: EvidenceWeights, sources: np.ndarray, top: int, ru
     cumulative = np.cumsum(contribution[order])
     keep = int(np.searchsorted(cumulative, share * cumulative[-1] * (1 - 1e-12))) + 1
     return order[:keep], contribution[order[:keep]]
+
+
+def evidence_energy(weights: EvidenceWeights, sources: np.ndarray) -> np.ndarray:
+    """Energy of the weights of evidence, ``-log sum_k exp(w_k(x))``, shape (n,); higher = less
+    evidence for any class (beyond the paper; a novelty score, Liu et al. 2020's energy of a
+    classifier's logits, here the weights of evidence ``w_k = sum_j beta_kj s_j(x) + beta_0k``).
+
+    Parameters
+    ----------
+    weights : EvidenceWeights
+    sources : ndarray of shape (n, n_sources), float64 in [0, 1]
+    """
+    return -logsumexp(sources @ weights.coef.T + weights.intercept, axis=1)
 

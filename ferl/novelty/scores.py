@@ -82,7 +82,7 @@ FIRING_EPS = 1e-3
 #: score over the features (`Novelty.feature_scores`: how it was chosen).
 NAMING_DEPTH = 2
 #: Kinds of ``ood_score`` and `Novelty.score`, the default first.
-OOD_KINDS = ("typical", "leaf", "nll", "combined", "residual", "ignorance", "firing", "prototype")
+OOD_KINDS = ("typical", "leaf", "nll", "combined", "residual", "ignorance", "firing", "prototype", "energy")
 #: Kinds whose score `Novelty.feature_scores` splits over the features.
 DECOMPOSED_KINDS = ("typical", "leaf", "nll", "combined", "residual", "prototype")
 #: Weight of the free-feature residual ``R`` in the ``"leaf"`` score (module docstring: how chosen).

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields, replace
 import numpy as np
 
 from ferl.evidence.algebra import Evidence, combine_sparse, discount, discount_evidence
-from ferl.evidence.weights import EvidenceWeights, evidence_from_weights, rule_sources
+from ferl.evidence.weights import EvidenceWeights, evidence_energy, evidence_from_weights, rule_sources
 from ferl.novelty.discount import typical_reliability
 from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
 from ferl.novelty.prototypes import RulePrototypes, prototype_kind
@@ -149,10 +149,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         paper's evidence bit for bit.
     score : str or None
         The kind of OOD score to compute (`ferl.novelty.scores.OOD_KINDS`): ``"ignorance"`` is the
-        evidence's ``m(Theta)`` (computed whatever ``evidence`` says), the others come from
-        `ferl.novelty.ood_score.score_totals` and, for ``"typical"`` and ``"prototype"``,
-        `ferl.novelty.prototypes`;
-        None for none.
+        evidence's ``m(Theta)`` (computed whatever ``evidence`` says), ``"energy"`` the learned
+        weights' energy (`ferl.evidence.weights.evidence_energy`; ValueError without ``weights``),
+        the others come from `ferl.novelty.ood_score.score_totals` and, for ``"typical"`` and
+        ``"prototype"``, `ferl.novelty.prototypes`; None for none.
     prototypes : RulePrototypes or None
         The tree's rule prototypes; needed by the kinds of `ferl.novelty.prototypes`.
     weights : (EvidenceWeights, ndarray of shape (n_features, 2)) or None
@@ -170,7 +170,9 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     """
     if score is not None and score not in OOD_KINDS:
         raise ValueError(f"unknown OOD score kind {score!r}; expected one of {list(OOD_KINDS)}")
-    evidence = evidence or score == "ignorance"
+    if score == "energy" and weights is None:
+        raise ValueError("the 'energy' OOD score needs a model fitted with evidence_weights='learned'")
+    evidence = evidence or score in ("ignorance", "energy")
     discount = novelty_discount if evidence else None
     parts_e, parts_n, parts_s = [], [], []
     scratch = thread_scratch()  # every output below is computed from `fired` before the next chunk
@@ -201,8 +203,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
             if weights is None:
                 parts_e.append(combine_sparse(fired, tree.value, sources, rule))
             else:
-                leaf_phi = fired.dense(fired.phi)[:, tree.is_leaf]
-                parts_e.append(evidence_from_weights(weights[0], rule_sources(rows, weights[1], leaf_phi)))
+                strengths = rule_sources(rows, weights[1], fired.dense(fired.phi)[:, tree.is_leaf])
+                parts_e.append(evidence_from_weights(weights[0], strengths))
+                if score == "energy":
+                    parts_s.append(evidence_energy(weights[0], strengths))
             if discount == "typical":
                 reliability = typical_reliability(typical, prototypes.discount)
                 parts_e[-1] = discount_evidence(parts_e[-1], reliability)

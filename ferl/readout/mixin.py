@@ -210,9 +210,13 @@ class ReadoutMixin:
         ``LEAF_RESIDUAL`` times the paper's residual plus ``log(1 + eps) - log(eps + firing)``),
         "nll" (the same with half the residual), "combined" (``residual / 2`` plus that
         firing term), "residual" (the paper's free-feature Mahalanobis average, eq. 3), "ignorance"
-        (m(Theta) of `evidence`, so discounted when `novelty_discount`) or "firing" (1 - total
-        leaf firing); formulas in `ferl.novelty.scores.Novelty.score`, computed without their per-feature
-        split (`ferl.novelty.ood_score`, `ferl.novelty.prototypes`). ValueError for another kind.
+        (m(Theta) of `evidence`, so discounted when `novelty_discount`), "firing" (1 - total
+        leaf firing) or, for a model fitted with ``evidence_weights="learned"``, "energy" (``-log
+        sum_k exp(w_k(x))`` of the weights of evidence, `ferl.evidence.weights.evidence_energy`:
+        little evidence for any class; the best score on real concept vectors,
+        docs/results/real-heads.md); formulas in `ferl.novelty.scores.Novelty.score`, computed
+        without their per-feature split (`ferl.novelty.ood_score`, `ferl.novelty.prototypes`).
+        ValueError for another kind, or "energy" for the tree's evidence.
         """
         return self._read(self._check_X(X), evidence=False, score=_kind(kind)).score
 

@@ -10,6 +10,7 @@ from sklearn.linear_model import LogisticRegression
 from ferl import FERLClassifier
 from ferl.benchmarks.confidence import ConfidenceDetector, confidence_score
 from ferl.benchmarks.ood import DETECTORS, ferl_score
+from ferl.evidence.weights import rule_sources
 
 
 def test_scores_by_hand():
@@ -46,3 +47,19 @@ def test_ferl_betp_kinds_read_the_pignistic_probability():
     proba = model.predict_proba(X[:10])
     np.testing.assert_allclose(ferl_score(model, X[:10], "betp-msp"), 1 - proba.max(1))
     np.testing.assert_allclose(ferl_score(model, X[:10], "betp-entropy"), confidence_score(proba, "entropy"))
+
+
+def test_energy_needs_learned_weights_and_is_minus_logsumexp_of_the_weights():
+    X, y = make_blobs(300, 3, centers=3, random_state=3)
+    with pytest.raises(ValueError, match="evidence_weights='learned'"):
+        FERLClassifier("deep", random_state=0).fit(X, y).ood_score(X[:5], "energy")
+    model = FERLClassifier("deep", random_state=0, evidence_weights="learned").fit(X, y)
+    energy = model.ood_score(X[:20], "energy")
+    np.testing.assert_array_equal(model.credal_readout(X[:20], "energy").ood_score, energy)
+    phi = model.node_firing(X[:20])[:, model.tree_.is_leaf]
+    s = rule_sources(X[:20], model.feature_range_, phi)
+    w = s @ model.evidence_weights_.coef.T + model.evidence_weights_.intercept
+    np.testing.assert_allclose(energy, -np.log(np.exp(w).sum(1)), rtol=1e-10)
+    # Denoeux (2019): the normalised plausibility is the softmax of the same weights of evidence
+    pl = model.evidence(X[:20]).plausibility
+    np.testing.assert_allclose(pl / pl.sum(1, keepdims=True), np.exp(w + energy[:, None]), atol=1e-9)

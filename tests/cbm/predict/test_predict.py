@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from cbm.concepts.calibration import crossfit_calibrate
 from cbm.data.concept_tables import load_concept_table
 from cbm.detector.cli import train_detector_main
 from cbm.heads import load_head
@@ -85,11 +86,16 @@ def test_pipeline_reproduces_the_runs_concept_tables_and_threshold(example, run)
     np.testing.assert_allclose(probs, test.probs, atol=1e-6)  # same checkpoint, same eval transform
     head = json.loads((current_folder(run / "head" / "ferl-deep" / "calibrated") / "head.json").read_text())
     val = load_concept_table(run / "concepts" / "val.npz")
-    scores = pipe.head.model_.ood_score(pipe.calibrator.transform(val.probs), "leaf")
-    assert head["ood_threshold"] == {"kind": "leaf", "accept": 0.95, "fitted_on": "val",
-                                     "n": val.n_samples, "value": fit_acceptance_threshold(scores, 0.95)}
+    # fit-head's threshold: the learned weights' energy of the val rows calibrated out of sample
+    held_out = crossfit_calibrate(val.probs, val.concept_labels, val.concept_names, seed=0)
+    reference = pipe.head.model_.ood_score(held_out, "energy")
+    value = fit_acceptance_threshold(reference, 0.95)
+    assert head["ood_threshold"] == {"kind": "energy", "accept": 0.95, "fitted_on": "val",
+                                     "n": val.n_samples, "value": value}
+    assert np.mean(reference > value) <= 0.05
+    scores = pipe.head.model_.ood_score(pipe.calibrator.transform(val.probs), "energy")
     flags = [r["ood_flag"] for r in pipe.predict_concepts(val.probs).rows]
-    assert np.mean(flags) <= 0.05 and flags == (scores > head["ood_threshold"]["value"]).tolist()
+    assert flags == (scores > value).tolist()
     direct = pipe.predict([example / "images" / sid for sid in test.sample_ids])
     from_table = pipe.predict_concepts(test.probs, [str(s) for s in test.sample_ids])
     assert [r["class"] for r in direct.rows] == [r["class"] for r in from_table.rows]
@@ -154,7 +160,11 @@ def test_a_head_saved_without_a_threshold_gets_one_fitted_on_val(run, tmp_path, 
     head.save(path)
     with caplog.at_level(logging.WARNING):
         pipe = Pipeline.from_run(copy)
-    assert "no stored OOD threshold" in caplog.text and pipe.threshold == stored
+    # refitted on the run's val table as the pipeline reads it (fit-head used the out-of-sample val rows)
+    expected = fit_acceptance_threshold(head.model_.ood_score(pipe.calibrator.transform(
+        load_concept_table(copy / "concepts" / "val.npz").probs), stored["kind"]), 0.95)
+    assert "no stored OOD threshold" in caplog.text and pipe.threshold["kind"] == stored["kind"]
+    assert pipe.threshold["value"] == expected
     (copy / "calibration.json").unlink()
     with pytest.raises(FileNotFoundError, match="the calibrated head needs the run's calibrator"):
         Pipeline.from_run(copy)
