@@ -332,9 +332,15 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
 
         Within it the class of ``P_T`` (eq. 9) cannot change; 0 where a gate is active or the top
         class is tied; capped so that the gates stay one (`ferl.tree.certificate.robustness_radius`).
+        The certificate is the tree's: with learned weights of evidence the class is decided by the
+        weights, not by ``P_T``, so nothing is certified and the radius is 0 for every input.
         """
         X = self._check_X(X)
-        phi, lost = self._firing(X)
+        return self._radius(X, *self._firing(X))
+
+    def _radius(self, X, phi, lost) -> np.ndarray:
+        if self.evidence_weights_ is not None:
+            return np.zeros(X.shape[0])
         return certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
 
     def explain(self, x, top_k: int | None = 5) -> Explanation:
@@ -349,7 +355,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
         novelty = analyse(self.tree_, self.leaf_gaussians_, X, fired, self.rule_prototypes_)
         reliability = self._reliability(X, fired, novelty.leaf_nll)
-        radius = certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
+        radius = self._radius(X, phi, lost)
         ranked = novelty.ranked(self.feature_names_, top_k)[0]
         score = novelty.score()  # "typical", the default
         trust = (typical_reliability(score, self.rule_prototypes_.discount)[0]

@@ -147,3 +147,10 @@ def test_coverage_set_is_the_plausibility_threshold_and_never_empty():
     np.testing.assert_array_equal(coverage_set(pl, scores, 0.2).sum(1), [1, 1, 2])  # q = 0.05; top kept
     with pytest.raises(ValueError, match="coverage must be in"):
         coverage_set(pl, scores, 0.0)
+
+
+def test_a_learned_model_certifies_nothing(learned):
+    """The certificate (appendix A.3) bounds the tree's P_T; the learned weights decide instead."""
+    clf, X, _ = learned
+    np.testing.assert_array_equal(clf.robustness_radius(X[600:620]), np.zeros(20))
+    assert clf.explain(X[600]).robustness_radius == 0.0
