@@ -6,12 +6,11 @@ anomaly, residual and naming shares, the leaf Gaussians' deviation and spread), 
 pass over the firings gives the residual ``R(x)`` and the routing mass lost ``1 - firing(x)``, and
 `ferl.novelty.leaf_readout.leaf_totals` the leaf term ``T(x)``; the kinds then combine them with the
 formulas of `ferl.novelty.scores.Novelty.score` (equal to its scores up to round-off: the totals are summed
-node by node rather than feature by feature). Measured against the per-feature path it replaces in
-``ood_score`` (``tests/ferl/test_readout_parity.py`` pins the values to it), the whole
-three-call read-out (``predict_set`` + ``evidence`` + ``ood_score``) over CART's ``predict`` went
-from a median 3.1 / 4.6 / 7.4x (worst: spambase 16 / 29 / 53x) to 1.7 / 2.6 / 4.2x (7.3 / 13.3 /
-25.6x) for compact / medium / deep (``python scripts/bench_scale.py --sections keel``, 30 KEEL sets
-x 5 folds, one loaded-machine run each).
+node by node rather than feature by feature). It replaced the per-feature path in ``ood_score``
+(``tests/ferl/test_readout_parity.py`` pins the values to it) and cut the cost of the three-call
+read-out (``predict_set`` + ``evidence`` + ``ood_score``) over CART's ``predict`` by nearly half
+for every variant (``python scripts/bench_scale.py --sections keel``; figures in
+docs/results/speed.md).
 """
 
 from __future__ import annotations
