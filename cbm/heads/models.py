@@ -33,30 +33,22 @@ FERL_SETTINGS = ("concepts", "learner")
 #: `FERLClassifier` parameters of the FERL heads on concept vectors (``settings="concepts"``; ``fit-head
 #: --ferl-settings``, default ``concepts``), by variant; beyond the paper. Why: on noisy, near-binary concept
 #: probabilities every bootstrap resample finds its cut in the same gap between the two clusters, so the
-#: learned half-width ``gamma * MAD`` is 0 and every band is the ``min_width`` floor (all 200 cuts of
-#: FERL-deep on CUB-50: half-widths 0.05 at the 10th and 90th percentiles): the tree routes crisply, and one
-#: wrong concept sends an image down the wrong branch. Half-widths of half the concept's spread
-#: (``min_width=0.5``, about 0.5 on probabilities) route an image softly down both branches of an uncertain
-#: concept; the softer leaves then need ``min_samples_leaf=1`` and a larger budget (8 rules per class) to
-#: grow. Chosen by 5-fold cross-validation on the *train* split of CUB-50 (frozen Lite0, cross-fitted,
-#: calibrated concepts; 1,200 images, 50 classes; val and test not read), ``python
-#: scripts/bench_concept_heads.py runs/cub50_lite0``, mean accuracy (fold std): FERL-deep preset 51.8 (3.8);
-#: ``min_width`` 0.1 / 0.2 / 0.3 / 0.5 / 0.7: 52.0 / 57.0 / 60.1 / 61.1 / 61.1; with ``min_samples_leaf=1``
-#: and 4 / 8 / 16 rules per class, at 0.4: 61.1 / 62.7 / 62.7, at 0.5: 61.3 / 63.8 / 64.4, at 0.6: 60.7 / 63.0
-#: / 63.4 (``--seeds 1 2``: preset 53.0, chosen 63.6, 16 per class 63.5); CART 55.5 (3.3), LR 69.5 (3.1).
-#: Changed nothing: Laplace smoothing of the leaf distributions (-0.1 to -1.1), a firing-weighted mixture of
-#: the leaf distributions instead of Dempster's rule (+0.1), ``width_factor`` 0.25-4 (within 1). **The cost is
-#: in the credal read-out**: Dempster's rule over the many partly fired leaves of a soft route leaves a large
-#: m(Theta) even where the leaves agree (mean ignorance 0.07 -> 0.39), so the sets widen: abstention 6.5 -> 68
-#: %, u65 50.4 -> 31.0 (same CV); narrower bands trade accuracy for sets (0.3: 60.8 %, u65 45.1). Medium keeps
-#: its preset: 0.5 gave +1.6 / +0.5 accuracy (CV seeds 0 / 1-2, within the fold std) for u65 49.1 -> 30.0.
-#: Compact keeps its fixed partitions. The learner's defaults stay those chosen on the 30 KEEL sets
-#: (`ferl.presets`). The other jobs (``evaluate-openworld``, the independent heads of
-#: ``evaluate-interventions``) keep the preset (the head's default) until they are re-measured: on the open
-#: world (CUB-50, 5 folds of seed 0, ``scripts/bench_concept_heads.py --openworld``) the concept settings
-#: change the OOD AUROC of the residual 61.7 -> 52.1 and of the ignorance 52.9 -> 69.2 (kNN 69.2); the soft
-#: routes reach nearly every tested concept, so the interventions' ``evidence`` policy finds few groups that
-#: no fired rule tests.
+#: learned half-width ``gamma * MAD`` is 0 and every band is the ``min_width`` floor: the tree routes
+#: crisply, and one wrong concept sends an image down the wrong branch. Half-widths of half the concept's
+#: spread (``min_width=0.5``) route an image softly down both branches of an uncertain concept; the softer
+#: leaves then need ``min_samples_leaf=1`` and a larger budget (8 rules per class) to grow. Chosen by 5-fold
+#: cross-validation on the *train* split of CUB-50 (frozen Lite0, cross-fitted, calibrated concepts; val
+#: and test not read; ``python scripts/bench_concept_heads.py runs/cub50_lite0``), where it beat the preset
+#: by more than ten points of accuracy. **The cost is in the credal read-out**: Dempster's rule over the many
+#: partly fired leaves of a soft route leaves a large m(Theta) even where the leaves agree, so the sets
+#: widen and most images abstain; narrower bands trade accuracy for sets. Medium keeps its preset (the
+#: same settings gained within the fold std and widened its sets), compact its fixed partitions, and the
+#: learner's defaults stay those chosen on the 30 KEEL sets (`ferl.presets`). The other jobs
+#: (``evaluate-openworld``, the independent heads of ``evaluate-interventions``) keep the preset (the
+#: head's default) until they are re-measured: on the open world (``scripts/bench_concept_heads.py
+#: --openworld``) the concept settings made the residual a worse OOD score and the ignorance a better one,
+#: and the soft routes reach nearly every tested concept, so the interventions' ``evidence`` policy finds
+#: few groups that no fired rule tests. Figures: docs/results/concept-heads.md.
 CONCEPT_SETTINGS: dict[str, dict] = {
     "compact": {},
     "medium": {},
@@ -74,15 +66,14 @@ class FERLHead(ConceptHead):
     threshold: ``{"kind", "accept", "value", "fitted_on", "n"}``; an input whose OOD score of that
     kind exceeds ``value`` is flagged as novel (``predict`` reads it).
 
-    The model keeps the paper's read-out (``novelty_discount=False``), chosen by measurement with
-    the per-source discount of the time (``"rules"``): on CUB-50 (frozen EfficientNet-Lite0
-    concepts, ``runs/cub50_lite0``) FERL-deep fitted on the true training concepts and tested on
-    the detector's concepts fell from 48.8 % to 5.5 % test accuracy with it on (mean ignorance 0.03
-    -> 0.98: under that shift every source looks atypical), while on the synthetic open world (2
-    folds) it raised held-out abstention only from 9.9 % to 12.5 %. The ``"typical"`` discount
+    The model keeps the paper's read-out (``novelty_discount=False``), chosen with the per-source
+    discount of the time (``"rules"``): on CUB-50 a FERL-deep fitted on the true training concepts
+    and tested on the detector's concepts lost nearly all its accuracy with it on (under that shift
+    every source looks atypical), while on the synthetic open world it raised held-out abstention
+    only a little (docs/results/concept-heads.md). The ``"typical"`` discount
     (`ferl.novelty.discount`) keeps the predicted class, but a shift that makes every input look
-    atypical makes every input abstain (not measured on the heads). Novelty is read from the default score
-    and the run's threshold instead.
+    atypical makes every input abstain (not measured on the heads). Novelty is read from the default
+    score and the run's threshold instead.
     """
 
     kind = "ferl"
@@ -112,16 +103,14 @@ class FERLHead(ConceptHead):
         "Reject" column): the ``ceil(accept * n)``-th smallest OOD score of ``X`` (n, k), so "score <=
         value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 % with
         the ``leaf`` score (`ferl.novelty.scores`), not the learner's default ``typical``
-        (`ferl.novelty.prototypes`). Chosen by measurement on a demo run (``make demo``, ferl-deep on
-        calibrated concepts, 6 held-out classes; ``python scripts/bench_ood_kinds.py runs/demo``):
-        at 95 % of val accepted, ``leaf`` flags 60.3 % of the held-out images and accepts 95.6 % of
-        the test images, ``typical`` 59.2 % and 94.4 % (AUROC 76.1 vs 77.6), ``nll`` 59.4 % and
-        95.0 %, the paper's ``combined`` 56.1 % and 94.4 % (with a quarter of the residual in
-        ``leaf``, before `ferl.novelty.scores.LEAF_RESIDUAL` became 0: 65.0 % and 94.4 %). fit-head's heads
-        grow rules down to one training row (`CONCEPT_SETTINGS`), so few leaves are prototypes, and
-        the prototype distance's reference is the in-sample train concepts, cleaner than any test
-        image's. On the open world's learner-preset heads ``typical`` leads (``evaluate-openworld``,
-        synthetic: 92.1 vs 89.0 for ``leaf``).
+        (`ferl.novelty.prototypes`). Chosen on a demo run (``python scripts/bench_ood_kinds.py
+        runs/demo``): at 95 % of val accepted, ``leaf`` flagged the most held-out images of the
+        scores compared and kept its test acceptance at 95 % or above, which ``typical`` and the
+        paper's ``combined`` did not (figures in docs/results/concept-heads.md).
+        fit-head's heads grow rules down to one training row (`CONCEPT_SETTINGS`), so few leaves are
+        prototypes, and the prototype distance's reference is the in-sample train concepts, cleaner
+        than any test image's. On the open world's learner-preset heads ``typical`` leads
+        (``evaluate-openworld``; docs/results/novelty.md).
 
         Returns
         -------
