@@ -16,6 +16,7 @@ What counts, one per number:
 
 * a percentage with a decimal point: ``83.3 %``, ``5.5%``;
 * a ratio: a number written against ``x`` or ``×`` (``2.5x``, ``33x``), or ``x1.6``;
+* a time or a size: a number, a space and ms, µs, s, min, MB, GB, MiB or GiB (``32 ms``, ``1.7 GB``);
 * a decimal number of at least 1 (``89.5``, ``4.6``, ``1.495``), the way scores on the 0-100
   scale, nats, seconds and set sizes are quoted;
 * a decimal number below 1 within three words of a metric's name (AUROC, AUPR, FPR95, AURC, ECE,
@@ -49,11 +50,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ferl", "cbm")
 EXEMPT = (ROOT / "ferl" / "benchmarks",)
 #: The issue's bound on measured figures left in ferl/ and cbm/ outside benchmarks/.
-MAX_FIGURES = 1  # lowered as the figures move to docs/results/; the issue asks for 10
+MAX_FIGURES = 10
 
 _CODE = re.compile(r"``.*?``|`[^`\n]*`|\"[^\"]*\"", re.DOTALL)
 _NUMBER = re.compile(r"(?<![\w.])(?<![A-Za-z]-)(\d+\.\d+)(?!\w|\.\d)")
 _PERCENT = re.compile(r"(?<![\w.])\d+\.\d+\s?%")
+_UNIT = re.compile(r"(?<![\w.^])\d+(?:\.\d+)?\s(?:ms|µs|s|min|GB|MB|GiB|MiB)\b")
 _RATIO = re.compile(r"(?<![\w.])\d+(?:\.\d+)?[x×](?!\w|\s?\d)|(?<![\w.])[x×]\d+\.\d+(?!\w|\.\d)")
 _REFERENCE = re.compile(r"(?:§|\b(?:section|sections|eq\.?|eqs\.?|equation|appendix|table|tables|figure"
                         r"|fig\.?|algorithm|issue|issues|version|v|default|python|pytorch|torch|lightning|numpy"
@@ -67,7 +69,7 @@ def figures(paragraph: str) -> list[str]:
     """The measured figures of one paragraph, in order (rules in the module docstring)."""
     text = _CODE.sub(lambda m: " " * len(m.group()), paragraph)
     found: dict[int, str] = {}
-    for pattern in (_PERCENT, _RATIO):
+    for pattern in (_PERCENT, _RATIO, _UNIT):
         for m in pattern.finditer(text):
             found[m.start()] = m.group().strip()
     for m in _NUMBER.finditer(text):
@@ -138,6 +140,7 @@ def _sources() -> list[Path]:
     ("paper eq. 12 and section 4.2, appendix A.2, Python 3.11, PyTorch 2.14.1", []),
     ("3 seeds x 5 folds, a 50 x 85 matrix, 64x64 images, shape (n, 3)", []),
     ("accepts 95 % of the val images; a 20 % split", []),
+    ("routing took 32 ms, the fit 2 s; checkpoints keep 1.7 GB; a column of 1s", ["32 ms", "2 s", "1.7 GB"]),
     ("width_factor : float > 0, default=2.0; margin (paper default 1.0)", []),
     ("Apache-2.0 licence; Lightning 2.6 writes last.ckpt; accuracy at 0.5", []),
     ("rev 1.5 of the dev 1.6 loader", ["1.5", "1.6"]),
