@@ -40,8 +40,8 @@ def _membership(x, a, b, c, d, ramp):
     (`is_ramp`): ``clip((d - x) / (d - c), 0, 1)`` is the same float for every finite ``x`` (``+ 0.0``
     turns the -0.0 of an underflowing ``(d - x) / (d - c)`` into the trapezoid's 0.0).
 
-    The branchy trapezoid mispredicts on inputs inside the band: routing 10^5 rows (d = 20,
-    FERL-deep) took 32 ms with it and 19 ms with this path (fastest of 11 interleaved rounds).
+    The branchy trapezoid mispredicts on inputs inside the band; this path cut the routing of 10^5
+    rows by more than a third (docs/results/speed.md).
     """
     if ramp:
         return max(min((d - x) / (d - c), 1.0), 0.0) + 0.0
