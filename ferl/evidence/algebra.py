@@ -202,8 +202,8 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _dominance(mass, ignorance, tol):
-    """`interval_dominance` row by row: numpy's ``max(axis=1)`` over a few classes cost 5 % of the
-    10^5-row read-out (the same comparisons, so the same sets)."""
+    """`interval_dominance` row by row: numpy's ``max(axis=1)`` over a few classes was a visible
+    share of a large read-out (docs/results/speed.md); the same comparisons, so the same sets."""
     n, n_classes = mass.shape
     out = np.empty((n, n_classes), dtype=np.bool_)
     for i in range(n):
