@@ -33,7 +33,7 @@ class DatasetSpec:
         ``RandomResizedCrop`` ranges for training.
     eval_crop_fraction : float
         Evaluation resizes the short side to ``image_size / eval_crop_fraction`` and crops the
-        centre (1.0: no crop, for images whose layout carries concepts).
+        centre (``1.0``: no crop, for images whose layout carries concepts).
     hflip : bool
         Whether horizontal flips keep the concepts (no left/right concepts).
     """

@@ -50,7 +50,7 @@ def imbalance_pos_weight(concept_labels: np.ndarray) -> np.ndarray:
     Returns
     -------
     pos_weight : ndarray of shape (n_concepts,), dtype float32
-        Weight of the positive term of each concept's BCE; 1.0 for a concept that is constant in
+        Weight of the positive term of each concept's BCE; ``1.0`` for a concept that is constant in
         the training labels (no ratio exists).
 
     Raises

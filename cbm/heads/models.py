@@ -41,7 +41,8 @@ FERL_SETTINGS = ("concepts", "learner")
 #: CUB-50 run (val and test not read): ``scripts/bench_concept_heads.py`` for the bands, the 3-fold CV of
 #: docs/results/real-heads.md for the weights (there ``min_samples_leaf=1`` with 8 rules per class, the
 #: tree-evidence setting, gained nothing and doubled the fit time). Medium and compact keep their presets;
-#: the learner's defaults stay those chosen on the 30 KEEL sets (`ferl.presets`).
+#: the learner's defaults stay those chosen on the 30 KEEL sets (`ferl.presets`). Figures:
+#: docs/results/concept-heads.md (bands, the tree evidence) and docs/results/real-heads.md (weights).
 CONCEPT_SETTINGS: dict[str, dict] = {
     "compact": {},
     "medium": {},

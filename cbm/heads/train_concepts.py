@@ -57,14 +57,14 @@ def resolve_train_concepts(choice: str, has_crossfit: bool) -> str:
     """The training-concept source of the headline heads.
 
     ``"auto"`` -> ``"cross-fitted"`` when the run has cross-fitted train concepts, else
-    ``"in-sample"``. Chosen by measurement on the val split (never test),
-    ``python scripts/compare_train_concepts.py runs/cub50_lite0 runs/openworld/cub50_lite0/seed0/fold*``
-    (CUB-50, frozen Lite0, 5-fold cross-fitting; 6 runs: the 50-class detector and the 5 open-world
-    folds), val accuracy cross-fitted minus in-sample, mean ± std (worst): FERL-deep +5.4 ± 14.3
-    (-13.3), FERL-medium -3.1 ± 5.1 (-10.0), CART -2.4 ± 3.4 (-6.7), LR -0.0 ± 1.8 (-2.9). The
-    learner this was measured with still collapses into chains on these concepts (issue 19), hence
-    FERL's spread; cross-fitted vectors are as noisy as test ones (train AUROC 0.976 vs test 0.977;
-    in-sample 0.999), the rationale for the default. The other sources are always reported beside.
+    ``"in-sample"``. The rationale: cross-fitted vectors are as noisy as test ones (their mean
+    concept AUROC matches test's, where the in-sample ones are nearly perfect), so a head fitted on
+    them sees the inputs it will be given. On the val split (never test; ``python
+    scripts/compare_train_concepts.py runs/cub50_lite0 runs/openworld/cub50_lite0/seed0/fold*``, CUB-50)
+    in-sample concepts did a little better on average for FERL-medium and CART, cross-fitted ones
+    for FERL-deep, each within the spread over runs; the learner measured then still collapsed into
+    chains on these concepts (issue 19). Figures in docs/results/concept-heads.md. The other
+    sources are always reported beside.
 
     Raises
     ------

@@ -212,8 +212,9 @@ def interval_dominance(mass: np.ndarray, ignorance: np.ndarray, between_pl: np.n
 
 @njit(cache=True)
 def _dominance(mass, pl_part, ignorance, tol):
-    """`interval_dominance` row by row (numpy's ``max(axis=1)`` over a few classes is slower; the
-    same comparisons, so the same sets). ``pl_part`` is ``Pl - m(Theta)``."""
+    """`interval_dominance` row by row: numpy's ``max(axis=1)`` over a few classes was a visible
+    share of a large read-out (docs/results/speed.md); the same comparisons, so the same sets.
+    ``pl_part`` is ``Pl - m(Theta)``."""
     n, n_classes = mass.shape
     out = np.empty((n, n_classes), dtype=np.bool_)
     for i in range(n):

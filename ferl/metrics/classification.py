@@ -265,7 +265,7 @@ def utility_discounted_accuracy(y_true: np.ndarray, sets: np.ndarray, kind: str 
 
     Each sample scores ``u(S) = a / |S| - b / |S|**2`` when its true class is in ``S`` and 0
     otherwise (also 0 for an empty set), with ``(a, b) = (1.6, 0.6)`` for u65 and ``(2.2, 1.2)``
-    for u80; a correct singleton scores 1, a correct pair 0.65 (u65) or 0.80 (u80).
+    for u80; a correct singleton scores 1, a correct pair ``0.65`` (u65) or ``0.80`` (u80).
 
     Parameters
     ----------

@@ -2,8 +2,8 @@
 
 The leaf Gaussians (`ferl.novelty.typicality`) factorise and multiply hundreds of d x d matrices (d up to a
 few hundred). On OpenBLAS's thread pool those calls spend about half their CPU time waiting: a
-CUB-shaped FERL-deep fit (3,000 rows, d = 112, 200 classes) took 3.73 s CPU with the pool's two
-threads and 1.87 s with one (``OPENBLAS_NUM_THREADS=1``), same tree and numbers. `one_blas_thread`
+CUB-shaped FERL-deep fit took about twice the CPU time with the pool's two threads as with one
+(``OPENBLAS_NUM_THREADS=1``), same tree and numbers (docs/results/speed.md). `one_blas_thread`
 pins the pool to one thread for those calls only; the controller that finds the BLAS libraries is
 built once (about 10 microseconds per use after that).
 """

@@ -2,23 +2,21 @@
 leaf's moments with their fold-out versions shrunk to it, and the cross-fitted leaf NLLs (numba).
 
 Compiled passes replaced a per-node loop of numpy calls whose Python overhead dominated small trees
-(the leaf Gaussians of wine's FERL-deep went from 25 ms to 4 ms CPU, identical to 1e-15). Per leaf
-and fold the sums are taken on rows centred at the leaf's mean, so a fold-out moment costs no pass
-over the rows (`ferl.novelty.fold_moments`); memory beyond the outputs is one set of moments and the
-pooled covariances.
+(the same values to 1e-15; timings in docs/results/speed.md). Per leaf and fold the sums are taken
+on rows centred at the leaf's mean, so a fold-out moment costs no pass over the rows
+(`ferl.novelty.fold_moments`); memory beyond the outputs is one set of moments and the pooled
+covariances.
 
 A leaf below ``SUPPORT d`` (`ferl.novelty.typicality`) gets its mean and variances only (the diagonal of
 its second moments) and the pooled correlations; its fold-out NLLs scale the row by the leaf's own
 standard deviations and solve with the Cholesky factor of the pooled correlations, factorised once
-per fold for all such leaves. On the CUB-shaped set (N = 6,000, d = 112, 200 classes, 717
-leaves; ``python scripts/bench_scale.py --sections cub``) the FERL-deep fit takes 1.7-1.9 s CPU on
-a loaded machine (CART 1.1-1.2 s there).
+per fold for all such leaves; that keeps the fit on a CUB-shaped set (``python scripts/bench_scale.py
+--sections cub``: 6,000 rows, 112 concepts, 200 classes) within issue 15's time budget.
 
-``SUPPORT = KAPPA / 2`` was chosen when the shrinkage target was the parent's covariance (against
-``KAPPA`` and none, FERL-deep, a refit with another bootstrap seed as the noise): CUB-50 ``nll``
-AUROC (seed 0 folds) 66.3 without it -> 65.9 at ``KAPPA / 2`` | 65.6 at ``KAPPA`` (refit 65.8);
-synthetic 92.0 -> 91.9 | 91.6 (refit 92.7); KEEL, 10 sets 78.52 -> 78.43 | 78.27: within a
-refit's noise, at a fraction of the factorisations.
+``SUPPORT = KAPPA / 2`` was chosen when the shrinkage target was the parent's covariance, against
+``KAPPA`` and no ``SUPPORT``, with a refit on another bootstrap seed as the noise: the ``nll``
+AUROCs on CUB-50, the synthetic open world and 10 KEEL sets stayed within a refit's noise, at a
+fraction of the factorisations (figures in docs/results/novelty.md, "The leaf Gaussians").
 """
 
 from __future__ import annotations

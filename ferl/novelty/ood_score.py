@@ -6,12 +6,11 @@ anomaly, residual and naming shares, the leaf Gaussians' deviation and spread), 
 pass over the firings gives the residual ``R(x)`` and the routing mass lost ``1 - firing(x)``, and
 `ferl.novelty.leaf_readout.leaf_totals` the leaf term ``T(x)``; the kinds then combine them with the
 formulas of `ferl.novelty.scores.Novelty.score` (equal to its scores up to round-off: the totals are summed
-node by node rather than feature by feature). Measured against the per-feature path it replaces in
-``ood_score`` (``tests/ferl/test_readout_parity.py`` pins the values to it), the whole
-three-call read-out (``predict_set`` + ``evidence`` + ``ood_score``) over CART's ``predict`` went
-from a median 3.1 / 4.6 / 7.4x (worst: spambase 16 / 29 / 53x) to 1.7 / 2.6 / 4.2x (7.3 / 13.3 /
-25.6x) for compact / medium / deep (``python scripts/bench_scale.py --sections keel``, 30 KEEL sets
-x 5 folds, one loaded-machine run each).
+node by node rather than feature by feature). It replaced the per-feature path in ``ood_score``
+(``tests/ferl/test_readout_parity.py`` pins the values to it) and cut the cost of the three-call
+read-out (``predict_set`` + ``evidence`` + ``ood_score``) over CART's ``predict`` by nearly half
+for every variant (``python scripts/bench_scale.py --sections keel``; figures in
+docs/results/speed.md).
 """
 
 from __future__ import annotations
@@ -57,10 +56,9 @@ def _terms(X, start, count, rows, phi0, lost, feature, n_free, mean, inv_sd, res
     ``mean[o]``, ``inv_sd[o]`` (n_nodes, d) are node ``o``'s free-feature Gaussian with 0 at its
     path features (`ferl.novelty.scores.free_gaussians`), so summing over all ``d`` features adds exact
     zeros for the path ones: a dense loop the compiler vectorises, where gathering the free
-    features one by one was bound by the latency of its additions (the residual kernel went from
-    55-62 to 34-36 ms at 10^5 rows, d = 20, FERL-deep; ``R`` moved by at most 7e-16 relative).
-    A node's entries are taken four at a time, sharing the node's loads and summing side by side:
-    33 -> 29-30 ms (fastest of 21 interleaved rounds; ``R`` within 7e-16 relative).
+    features one by one was bound by the latency of its additions (``R`` moves by at most 7e-16
+    relative). A node's entries are taken four at a time, sharing the node's loads and summing side
+    by side. Timings at 10^5 rows: docs/results/speed.md.
     """
     n, d = X.shape
     loss = np.zeros(n)

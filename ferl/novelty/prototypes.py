@@ -13,11 +13,10 @@ inputs show" (kind ``"prototype"``). Its per-feature terms split it exactly. L1 
 Gaussian because concept vectors are near-binary: a novel class turns some attributes on or off,
 and L1 counts those flips where a leaf Gaussian squares a flip by a within-leaf variance that
 a few training images set. Ranges rather than standard deviations so that a flip counts 1 whether
-the attribute is rare or common (in standard deviations a rare one, p = 0.05, counted 4.6 where a
-balanced one counted 2, and on real concept vectors the rare attributes are the detector's
-noisiest); chosen on the KEEL calibration parts (``typical`` 82.43 -> 82.54, see the table's
-(2)), with CUB-50 68.63 -> 69.21 and the synthetic world 92.29 -> 92.09 (standard deviations ->
-ranges, the leaf term without the residual in both; ``python scripts/study_typical.py``).
+the attribute is rare or common (in standard deviations a rare one counts more than twice a
+balanced one, and on real concept vectors the rare attributes are the detector's noisiest); chosen
+on the KEEL calibration parts (``python scripts/study_typical.py --keel``), where ranges ranked
+held-out classes better, as on CUB-50, at a small loss on the synthetic world.
 
 **The ``"typical"`` score** combines it with the leaf Gaussians' ``"leaf"`` score
 (`ferl.novelty.scores`) by Fisher's method: each is turned into the negative log of its upper tail
@@ -27,34 +26,21 @@ two scores fail on different data: the leaf Gaussians on near-binary concepts wh
 variances are tiny, the prototypes on small continuous data sets whose leaves hold a handful of
 rows. Above the largest reference score ``t`` goes on growing as ``log(1 + (s - max ref) /
 lambda)``, ``lambda = max ref - median ref``, so that far-off inputs keep their order. It grows
-logarithmically because a linear continuation lets the leaf score's long tail decide alone again:
-synthetic open world (11 folds) 93.75 with ``t`` capped at ``log(m + 1)``, 93.58 with this
-continuation, 93.29 with ``lambda`` the mean excess over the 0.9-quantile, 91.87 with a linear
-``(s - max ref) / lambda`` of that ``lambda``.
+logarithmically because a linear continuation lets the leaf score's long tail decide alone again
+(on the synthetic open world it ranked clearly worse than a cap or this continuation).
 
-Chosen by measurement, AUROC in % (FERL-deep; held-out classes as positives, retained-class test
-inputs as negatives; mean over folds; std over seeds, or over data sets in brackets):
-
-============================================ ============ ========= ========= =====================
-data (command)                               typical      leaf      prototype best detector
-============================================ ============ ========= ========= =====================
-synthetic open world, 3 seeds x 5 folds (1)  92.1 1.2     89.0 0.4  91.3 2.0  Isolation Forest 92.6
-14 multiclass KEEL, calibration parts (2)    82.5 (12.5)  83.1 (13) 75.6 (14) kNN 80.9 (11.9)
-CUB-50, frozen EfficientNet-Lite0, 15 (1)    **69.2** 0.3 69.2 0.2  67.5 0.4  kNN 68.9 0.2
-============================================ ============ ========= ========= =====================
-
-(1) ``evaluate-openworld --config configs/openworld/{synthetic,cub50_lite0}.yaml``; (2) leave-one-
-class-out on the calibration parts of the tabular benchmark's folds, never the test folds
-(``python scripts/study_typical.py --keel``, seed-0 folds; worst set 61.5 for ``typical``, 59.0
-for ``leaf``, kNN 60.4). The version before (distance in standard deviations, the leaf term with a
-quarter of the residual) gave 92.4 / 82.3 / 67.6 (the study's ``typical, R/4, D in sd``). The
-synthetic world is where the leaf score loses to every detector, CUB-50 where the prototypes do;
-``typical`` gives up 0.6 of ``leaf`` on KEEL and keeps 1.6 above kNN there. A third tail, of a
-local density (the mean L1 distance to the 3 nearest training inputs, standardised; ``--exemplars``
-of the study, against the version before) added 1.3 on KEEL, 0.6 on synthetic and 0.3 on CUB-50,
-but it stores every training row in the model and searches them all per input: left out.
-`MIN_SUPPORT` (synthetic, 11 folds, prototype scripts before this module): 2 / 3 / 5 / 8 rows give
-92.4 / 92.7 / 93.8 / 93.8; a leaf of one or two rows is an outlier's own prototype. On the
+Chosen by AUROC (FERL-deep; held-out classes against retained-class test inputs) on three kinds of
+data where the two parts fail in turn: the synthetic open world, where the leaf score loses to every
+dedicated detector; CUB-50 (frozen EfficientNet-Lite0 concepts), where the prototypes do; and the
+14 multiclass KEEL sets, leave-one-class-out on the calibration parts of the tabular benchmark's
+folds (never the test folds). ``typical`` matches or beats the better part on the synthetic world
+and CUB-50, gives up a little of ``leaf`` on KEEL and stays above kNN there (``evaluate-openworld
+--config configs/openworld/{synthetic,cub50_lite0}.yaml``, ``python scripts/study_typical.py
+--keel``; the table, and the version before, in docs/results/novelty.md, "The default score
+``typical``"). A third tail, of a local density (the mean L1 distance to the 3 nearest training
+inputs; ``--exemplars`` of the study) added a little everywhere but stores every training row in
+the model and searches them all per input: left out. `MIN_SUPPORT`: a leaf of one or two rows is
+an outlier's own prototype; five rows ranked best on the synthetic world (as did eight). On the
 synthetic open world ``typical`` also names the attributes better (`prototype_feature_scores`).
 """
 
@@ -197,8 +183,8 @@ def _nearest(U, centres_t, centres, reach, parts):
     """Nearest row of ``centres`` (k, d) in L1 to each row of the standardised inputs ``U``, and the
     float64 parts ``|u_f - centres[j, f]|`` at it (written to ``parts``, n x d). Per row, the sums
     over the prototypes run in float32 in the inner loop (`_accumulate` over ``centres_t``, (d, k),
-    vectorised; a loop over the features with an early exit per prototype was 3-7x slower at
-    d = 10 and 112). The prototypes
+    vectorised; a loop over the features with an early exit per prototype was several times
+    slower at d = 10 and 112, docs/results/speed.md). The prototypes
     whose float32 sum lies within its error bound of the smallest, ``4 (d + 2) eps32 (sum_f |u_f|
     + reach)`` (``reach`` the largest ``sum_f |mu_lf|``; infinite where a value passed
     `F32_MAX`), are compared in float64: the nearest is exact (first on ties)."""
@@ -352,12 +338,10 @@ def prototype_feature_scores(kind: str, leaf_parts: np.ndarray, parts: np.ndarra
     ``"prototype"``: ``parts``. ``"typical"``: ``t_leaf`` shared out like the ``"leaf"`` score
     (``leaf_parts``, `ferl.novelty.scores.Novelty.feature_scores`) plus ``t_D`` shared out like ``D``
     (``parts``); rows sum to ``t_leaf + t_D`` (a zero score has zero tail: nothing is lost).
-    Measured on the synthetic open world (precision@3 of the top-3 attributes of a held-out image
-    against the concepts where its class differs from the nearest retained class / against its own
-    concepts; ``evaluate-openworld --config configs/openworld/synthetic.yaml``, 3 seeds x 5 folds):
-    66.5 / 72.2 where the ``"leaf"`` parts gave 64.2 / 65.6; on 11 of those folds (prototype
-    script) ``D``'s parts alone gave 75.5 against 72.9 for these, but ``"typical"`` must be split
-    as it sums.
+    On the synthetic open world (``evaluate-openworld --config configs/openworld/synthetic.yaml``)
+    the ``"typical"`` parts name a held-out image's anomalous attributes (precision@3) better than
+    the ``"leaf"`` parts; ``D``'s parts alone did better still, but ``"typical"`` must be split as it
+    sums (docs/results/novelty.md).
     """
     if kind == "prototype":
         return parts.copy()

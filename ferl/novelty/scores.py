@@ -17,7 +17,7 @@ paper by the leaf Gaussians of `ferl.novelty.typicality`. Three signals:
   correlations (broken while every feature stays in range) that the diagonal residual cannot.
 
 The residual averages over **all** nodes by the ungated firing ``phi0_o(x)`` (defined far off the
-support too): 0.762 AUROC on 10 KEEL sets (leave-one-class-out) where leaves only reached 0.741.
+support too): it ranked left-out KEEL classes better than the leaves alone (docs/results/novelty.md).
 
 **The default, ``typical``** (`ferl.novelty.prototypes`): the tails of the ``leaf`` score and of the nearest
 rule prototype's distance among the training rows' scores, summed by Fisher's method.
@@ -27,16 +27,14 @@ Gaussians' negative log-likelihood per feature, a share of the paper's residual 
 and the negative log of the routing mass reaching the leaves (geometric novelty). The ``R`` weight
 was first chosen for ``leaf`` alone by leave-one-class-out on the *calibration* parts of the
 tabular benchmark's folds (never the test folds; ``python scripts/bench_novelty.py --datasets
-multiclass --seeds 0,1,2,3,4 --studies select``, 14 multiclass KEEL sets x 5 folds, FERL-deep) and
-on the synthetic open world (12 folds); mean AUROC (KEEL std, worst set) for weights 1/2 (``nll``)
-/ 1/4 / 1/8 / 0: KEEL 83.4 (11.6, 57.8) / **83.6** (12.0, 57.5) / 83.5 (12.4, 57.0) / 83.3 (12.9,
-56.9), kNN 80.5; synthetic 89.88 / 89.89 / 89.90 / 89.70; CUB-50 (frozen Lite0, kNN 68.9) 66.7 /
-67.7 / 68.4 / 69.2. As a term of the default ``typical`` it is 0: on the KEEL calibration parts
-(``python scripts/study_typical.py --keel``) ``typical`` reached 82.43 with 0 against 82.26 with
-1/4, CUB-50 68.63 against 67.58, synthetic 92.29 against 92.36 (the prototype distance in sds).
-Without ``R`` the leaf term loses most on correlated pixels (satimage 80.6 -> 76.0) and yeast.
-The former default ``nll`` (``T / d + R / 2``) was chosen the same way; scaling the two terms by
-their cross-fitted spreads ranked 0.6 lower, a Gaussian mixture over the leaves within 0.5.
+multiclass --seeds 0,1,2,3,4 --studies select``) and on the synthetic open world: 1/4 ranked best on
+KEEL, the weights nearly tied on the synthetic world, and CUB-50 preferred none. As a term of the
+default ``typical`` it is 0 (`LEAF_RESIDUAL`): ``typical`` ranked better without it on KEEL and
+CUB-50 and the same on the synthetic world (``python scripts/study_typical.py --keel``). Without
+``R`` the leaf term loses most on correlated pixels (satimage) and on yeast. The former default
+``nll`` (``T / d + R / 2``) was chosen the same way; scaling the two terms by their cross-fitted
+spreads, or a Gaussian mixture over the leaves, did no better. Figures: docs/results/novelty.md
+("The ``leaf`` score and the paper's residual").
 """
 
 from __future__ import annotations
@@ -285,12 +283,11 @@ class Novelty:
         * ``"leaf"``: as ``"nll"`` with ``LEAF_RESIDUAL residual_share`` for ``residual_share / 2``;
         * ``"nll"``: the ``"combined"`` parts plus the leaf term ``T / d`` shared out in proportion
           to ``naming_share`` (where it is 0: ``(deviation + spread) / d``). Chosen by precision@3 of
-          the top-3 features against each held-out image's anomalous concepts (FERL-deep) on the
-          open world's detector concept tables (seed 0 folds 0-1) / 20 simulated folds: ``T / d``
-          shared like the residual over all nodes 58.9 / 75.7, depth <= 2 (`NAMING_DEPTH`) 66.3 /
-          79.8, <= 3 65.3 / 79.9, the root 63.0 / 80.4; ``(deviation + spread) / d`` 54.2 / -. The
-          deep nodes name below chance (29.9 from depth >= 10, chance 36.0): a held-out class differs
-          from its neighbours in features split on above them.
+          the top-3 features against each held-out image's anomalous concepts (FERL-deep): shared
+          out by the nodes down to `NAMING_DEPTH` it named best on the open world's concept tables
+          (within a point of the best on simulated folds); the deep nodes name below chance,
+          since a held-out class differs from its neighbours in features split on above them
+          (figures in docs/results/novelty.md, "Naming depth").
 
         Raises
         ------

@@ -37,7 +37,7 @@ def tail_nats(reference: np.ndarray, scores: np.ndarray) -> np.ndarray:
 def _tail(reference, scores, lam):
     m, low, top, big = reference.size, reference[0], reference[-1], np.finfo(np.float64).max
     # the first reference at or above each of m equal cells of [low, top], so that finding a
-    # score's place scans a cell instead of bisecting (a binary search cost 8 ms per 10^5 scores)
+    # score's place scans a cell instead of bisecting (a binary search was slower: docs/results/speed.md)
     width = (top - low) / m if top > low else 1.0
     first = np.empty(m + 1, dtype=np.int64)
     at = 0

@@ -42,8 +42,8 @@ _THREAD = threading.local()
 def thread_scratch() -> Scratch:
     """The calling thread's entry buffers, kept from one read-out to the next.
 
-    Fresh buffers cost every read-out their page faults: about 1,500 for 10^5 rows (d = 20,
-    FERL-deep), 4 ms of a 96 ms credal read-out (fastest of 15 interleaved rounds). One per thread,
+    Fresh buffers cost every read-out their page faults (a few percent of a 10^5-row credal
+    read-out; docs/results/speed.md). One per thread,
     so read-outs in concurrent threads never share buffers; what a thread keeps is its largest
     chunk's entries (about 32 bytes per node a row reaches, times `CHUNK` rows: 6 MB there). No
     output of `read_out` is a view into them.

@@ -152,15 +152,12 @@ class ReadoutMixin:
         Equal to ``predict_set(X)``, ``evidence(X)`` and ``ood_score(X, kind)`` (the same floats),
         at the cost of one read-out instead of three: the inputs are validated once, the nodes
         fired once per chunk of rows (`ferl.readout.batch.CHUNK`), and the score shares the firings
-        (and, with `novelty_discount`, the leaf NLLs) of the evidence. Measured over CART's
-        ``predict`` (``python scripts/bench_scale.py --sections keel``, 30 KEEL sets x 5 folds, CPU
-        time, 2-core machine), median (worst set) for compact / medium / deep with the default
-        ``typical`` score: one pass 1.6 (8.8) / 2.0 (12.6) / 2.5 (22.6), the three calls 2.4 (10.2)
-        / 3.0 (15.1) / 4.0 (25.4). At 10^5 rows (``--sections scale --n-sizes 100000``, d = 20,
-        FERL-deep, fastest of 9 interleaved rounds) one pass takes 8.7x and ``predict`` alone 1.8x:
-        the nearest-prototype search of ``typical`` costs rows x prototypes x features (float32,
-        vectorised). With ``kind="leaf"``, measured before ``typical``: 4.0-4.3x in three runs. The
-        read-out is bound by memory and suffers more than CART from busy neighbours.
+        (and, with `novelty_discount`, the leaf NLLs) of the evidence: on the KEEL sets it takes
+        about two thirds of the three calls' time. At many rows the nearest-prototype search of the
+        default ``typical`` score adds a large share (rows x prototypes x features, float32,
+        vectorised), which ``kind="leaf"`` skips. The read-out is bound by memory and suffers more
+        than CART from busy neighbours. Timings against CART's ``predict`` (``python
+        scripts/bench_scale.py --sections keel,scale``): docs/results/speed.md.
 
         Parameters
         ----------

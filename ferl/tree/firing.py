@@ -5,11 +5,10 @@ the samples node by node, keeping only the samples that reach each node, instead
 dense samples x nodes matrix; the result, a `Firing`, feeds the evidence
 (`ferl.evidence.combine_sparse`) and the novelty scores (`ferl.novelty.scores.analyse`) of the same call.
 
-Node-by-node routing was measured against a per-sample walk that emits each sample's nodes in
-index order (``scripts/bench_scale.py --sections keel``, 30 KEEL sets x 5 folds, FERL-deep
-read-out over CART ``predict``): median 3.5x (spambase 33x) for routing, 5.1x (spambase 85x) for
-the walk, which keeps its pending nodes sorted and pays for it where samples reach many nodes.
-The walk was faster only on batches of a few tens of rows.
+Node-by-node routing beat a per-sample walk that emits each sample's nodes in index order on the
+KEEL read-out (``scripts/bench_scale.py --sections keel``; figures in docs/results/speed.md): the
+walk keeps its pending nodes sorted and pays for it where samples reach many nodes, and it was
+faster only on batches of a few tens of rows.
 
 The fit reads the training firing once, with the gates off (`training_firing`): a per-sample walk
 counts each node's samples first, then fills buffers of exactly that size with int32 rows and one
@@ -41,8 +40,8 @@ def _membership(x, a, b, c, d, ramp):
     (`is_ramp`): ``clip((d - x) / (d - c), 0, 1)`` is the same float for every finite ``x`` (``+ 0.0``
     turns the -0.0 of an underflowing ``(d - x) / (d - c)`` into the trapezoid's 0.0).
 
-    The branchy trapezoid mispredicts on inputs inside the band: routing 10^5 rows (d = 20,
-    FERL-deep) took 32 ms with it and 19 ms with this path (fastest of 11 interleaved rounds).
+    The branchy trapezoid mispredicts on inputs inside the band; this path cut the routing of 10^5
+    rows by more than a third (docs/results/speed.md).
     """
     if ramp:
         return max(min((d - x) / (d - c), 1.0), 0.0) + 0.0
@@ -274,8 +273,8 @@ class Scratch:
 
     A chunk's `Firing` is a view into them, valid until the next call with the same scratch. Fresh
     buffers per chunk cost their page faults, and most chunks outgrew the first guess (24 entries a
-    row) and were copied: at 10^5 rows (d = 20, FERL-deep, 23.6 entries a row) reusing them took the
-    firing from 84 to 46 ms in 8192-row chunks (fastest of 15 interleaved rounds).
+    row) and were copied; at 10^5 rows reusing them nearly halved the firing's time
+    (docs/results/speed.md).
     """
 
     rows: np.ndarray = field(default_factory=lambda: _empty(np.int64))
