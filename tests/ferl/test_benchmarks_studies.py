@@ -59,7 +59,8 @@ def test_holdout_classes_and_leave_one_class_out_rows():
     rows, skipped = run_leave_one_class_out(FoldData(Xf, yf, Xc, yc, Xt, yt, 3), {}, seed=0)
     assert skipped == set()
     assert {(r["holdout"], r["detector"]) for r in rows} == {
-        (c, d) for c in range(3) for d in ("mahalanobis", "knn", "iforest")
+        (c, d) for c in range(3) for d in ("mahalanobis", "knn", "iforest", "lr-msp", "lr-entropy",
+                                          "lr-energy")
     }
     knn = [r for r in rows if r["detector"] == "knn"]
     assert all(r["auroc"] > 0.9 for r in knn)  # well-separated held-out class
