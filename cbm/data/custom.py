@@ -188,10 +188,11 @@ def load_custom(
         class_concepts = np.stack([concepts[y == k].mean(axis=0) >= 0.5 for k in range(len(classes))])
     info: dict[str, Any] = {"root": str(base), "seed": seed, "concept_source": f"per_{kind}"}
     if split_col is not None:
-        split = np.array([rows[listed[r]][1][split_col] for r in rel], dtype="<U5")
-        bad = sorted(set(split.tolist()) - set(SPLIT_NAMES))
+        given = [rows[listed[r]][1][split_col] for r in rel]
+        bad = sorted(set(given) - set(SPLIT_NAMES))  # checked before the names are stored as <U5
         if bad:
             raise DataFormatError(f"{csv_path}: split values {bad}; allowed: {list(SPLIT_NAMES)}")
+        split = np.array(given, dtype="<U5")
     else:
         split = stratified_split(y, fractions, SPLIT_NAMES, seed)
         info["fractions"] = list(fractions)
