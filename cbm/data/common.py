@@ -21,6 +21,7 @@ __all__ = [
     "DataFormatError",
     "DatasetLayoutError",
     "UnreadableImageError",
+    "check_split_sizes",
     "resolve_data_root",
     "find_dataset_dir",
     "stratified_split",
@@ -300,3 +301,26 @@ def check_training_images(split: np.ndarray, y: np.ndarray, class_names: Sequenc
     missing = [class_names[c] for c in range(len(class_names)) if c not in present]
     if missing:
         raise DataFormatError(f"classes with no training image: {missing[:10]}")
+
+
+def check_split_sizes(counts: dict[str, int], splits: Sequence[str] = ("train", "val", "test")) -> None:
+    """Raise ValueError unless every split of ``splits`` has samples and train has at least two.
+
+    The checks ``train-detector`` makes before training (:func:`cbm.detector.export.export_loaders`
+    for the splits it exports, the data module's training loader for train), shared with
+    ``python -m cbm.data.validate`` so that it refuses a data set with the same message.
+
+    Parameters
+    ----------
+    counts : dict of str to int
+        Samples per split (a split absent from it has none).
+    splits : sequence of str
+        The splits that must not be empty (``train-detector``'s ``export_splits``).
+    """
+    for split in splits:
+        if counts.get(split, 0) == 0:
+            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give each "
+                             "class more samples (a per-class split of very few samples can be empty)")
+    if "train" in splits and counts["train"] < 2:
+        raise ValueError(f"the training split has {counts['train']} sample(s); training needs at least 2 "
+                         "(give each class more samples)")

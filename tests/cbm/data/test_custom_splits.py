@@ -9,6 +9,9 @@ import pytest
 from PIL import Image
 
 from cbm.data import DataFormatError, load_custom
+from cbm.data.common import check_split_sizes
+from cbm.data.validate import main as validate_main
+from cbm.data.validate import validate_path
 
 
 def _folder(root: Path, splits: dict[str, list[str]]) -> Path:
@@ -30,3 +33,26 @@ def test_a_long_split_name_is_refused_whole_not_cut_to_five_characters(tmp_path,
     allowed = r"allowed: \['train', 'val', 'test'\]"
     with pytest.raises(DataFormatError, match=rf"split values \['{bad}'\]; {allowed}"):
         load_custom(tmp_path)
+
+
+def test_validate_refuses_a_split_training_refuses_with_the_same_message(tmp_path, capsys):
+    _folder(tmp_path, {"a": ["train", "train", "test"], "b": ["train", "train", "test"]})  # no val rows
+    with pytest.raises(ValueError) as training:
+        check_split_sizes({"train": 4, "val": 0, "test": 2})  # what export_loaders (train-detector) calls
+    assert str(training.value).startswith("split 'val' has no samples")
+    with pytest.raises(ValueError) as validated:
+        validate_path(tmp_path)
+    assert str(validated.value) == str(training.value)
+    assert validate_main([str(tmp_path)]) == 1 and "FAIL" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="the training split has 1 sample"):
+        check_split_sizes({"train": 1, "val": 1, "test": 1})
+
+
+def test_validate_refuses_an_empty_split_of_the_seeded_split_too(tmp_path):
+    for c in ("a", "b"):
+        for i in range(2):  # 2 images per class: 60/20/20 leaves val or test empty
+            (tmp_path / "images" / c).mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8)).save(tmp_path / "images" / c / f"{i}.png")
+    (tmp_path / "concepts.csv").write_text("class,x\na,1\nb,0\n")
+    with pytest.raises(ValueError, match=r"split '(val|test)' has no samples"):
+        validate_path(tmp_path)
