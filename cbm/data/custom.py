@@ -97,8 +97,9 @@ def _images(root: Path) -> tuple[list[str], dict[str, list[Path]]]:
     if not folder.is_dir():
         raise DatasetLayoutError(f"missing folder {folder}\nExpected layout:\n{CUSTOM_LAYOUT}")
     classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    files = {c: sorted(p for p in (folder / c).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-             for c in classes}
+    # regular files only: a FIFO named *.png hung the image check, a folder named so failed it
+    files = {c: sorted(p for p in (folder / c).rglob("*")
+                       if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()) for c in classes}
     empty = [c for c in classes if not files[c]]
     if empty or len(classes) < 2:
         raise DataFormatError(f"{folder}: need two or more class folders holding images; "

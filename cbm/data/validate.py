@@ -56,7 +56,7 @@ def validate_path(path: str | os.PathLike) -> str:
         return (f"custom data set: {len(tab)} images, {tab.n_classes} classes, {tab.n_concepts} concepts "
                 f"({groups}), concepts {tab.info['concept_source'].replace('_', ' ')}, splits {splits}")
     folder = path / "concepts" if (path / "concepts").is_dir() else path
-    splits = sorted(p.stem for p in folder.glob("*.npz"))
+    splits = sorted(p.stem for p in folder.glob("*.npz") if p.is_file())  # a FIFO would hang the read
     if not splits:
         raise FileNotFoundError(f"{path} holds no concept tables (*.npz, concepts/*.npz) and no concepts.csv")
     tables = load_concept_tables(folder, splits)

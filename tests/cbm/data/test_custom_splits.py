@@ -3,8 +3,10 @@ refuses (bug 7), and files that are not regular files skipped (bug 9)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -56,3 +58,19 @@ def test_validate_refuses_an_empty_split_of_the_seeded_split_too(tmp_path):
     (tmp_path / "concepts.csv").write_text("class,x\na,1\nb,0\n")
     with pytest.raises(ValueError, match=r"split '(val|test)' has no samples"):
         validate_path(tmp_path)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_named_like_an_image_is_not_collected(tmp_path):
+    # it hung validate and train-detector, which opened it to read an image
+    root = _folder(tmp_path, {"a": ["train", "train", "val", "test"], "b": ["train", "train", "val", "test"]})
+    os.mkfifo(root / "images" / "a" / "pipe.png")
+    os.mkdir(root / "images" / "b" / "folder.png")
+    table = load_custom(root)  # the CSV lists no pipe.png: an unlisted image would be an error
+    assert len(table) == 8 and not any("pipe" in p or "folder" in p for p in table.paths)
+    concepts = tmp_path / "run" / "concepts"
+    concepts.mkdir(parents=True)
+    os.mkfifo(concepts / "train.npz")
+    with pytest.raises(FileNotFoundError, match="holds no concept tables"):
+        validate_path(tmp_path / "run")
+    assert np.isin(table.split, ["train", "val", "test"]).all()
