@@ -177,14 +177,16 @@ def evaluate_run(name: str, run_dir: Path,
 
 
 def _write(out: Path, frame: pd.DataFrame, truth: pd.DataFrame, info: dict) -> dict[str, Path]:
-    buf = io.BytesIO()
-    curves_figure(frame).savefig(buf, format="png", dpi=80)
+    """Write the measurements first (the curves and the true-concept accuracies), then what is drawn
+    from them, so that a failing report or figure loses no computation."""
     files = {
         "curves": atomic_write_text(out / "curves.csv", frame.to_csv(index=False)),
         "true_concepts": atomic_write_text(out / "true_concepts.csv", truth.to_csv(index=False)),
-        "markdown": atomic_write_text(out / "interventions.md", curves_markdown(frame, truth, info)),
-        "figure": atomic_write_bytes(out / "interventions.png", buf.getvalue()),
     }
+    buf = io.BytesIO()
+    curves_figure(frame).savefig(buf, format="png", dpi=80)
+    files["markdown"] = atomic_write_text(out / "interventions.md", curves_markdown(frame, truth, info))
+    files["figure"] = atomic_write_bytes(out / "interventions.png", buf.getvalue())
     doc = {**info, "files": {k: p.name for k, p in files.items()}}
     files["summary"] = atomic_write_text(out / "summary.json", json.dumps(doc, indent=1) + "\n")
     return files
