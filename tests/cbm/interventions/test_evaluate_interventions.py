@@ -163,3 +163,33 @@ def test_the_curves_are_written_before_the_report(tiny_run, tmp_path, monkeypatc
     assert (run / "interventions" / "true_concepts.csv").is_file()
     assert not (run / "interventions" / "interventions.md").exists()
     assert not (run / "interventions" / "interventions.png").exists()
+
+
+def _variant(tiny_run, folder, change):
+    """A copy of the tiny run whose concept tables have ``change(fields)`` applied."""
+    shutil.copytree(tiny_run, folder, ignore=shutil.ignore_patterns("interventions"))
+    for path in (folder / "concepts").glob("*.npz"):
+        t = load_concept_table(path)
+        fields = {"probs": t.probs, "concept_labels": t.concept_labels, "y": t.y,
+                  "concept_names": list(t.concept_names), "class_names": list(t.class_names),
+                  "sample_ids": t.sample_ids, "split": t.split, "concept_groups": list(t.concept_groups)}
+        change(fields)
+        save_concept_table(path, **fields)
+    return folder
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda f: f["class_names"].__setitem__(0, "zebra"), r"classes \(only in the first: \['class_00'\], "
+                                                         r"only in the second: \['zebra'\]\)"),
+    (lambda f: f["concept_groups"].__setitem__(0, "form"),
+     r"concept groups \(only in the first: \[\"shape: .*\"form: .*\]\)"),
+    (lambda f: f["class_names"].reverse(), r"classes \(the same ones in another order\)"),
+])
+def test_runs_that_do_not_match_are_not_averaged(tiny_run, tmp_path, change, message):
+    # runs of other classes or groups were averaged into "100.0 ± 0.0"
+    other = _variant(tiny_run, tmp_path / "other", change)
+    settings = InterventionSettings(heads=("lr",), fits=("independent",), splits=("test",), max_rows=10)
+    expected = rf"runs 'run' and 'other' have other {message}: .*cannot be averaged"
+    with pytest.raises(ValueError, match=expected):
+        evaluate_interventions([tiny_run, other], settings, tmp_path / "both")
+    assert not (other / "interventions").exists()  # refused before anything was computed
