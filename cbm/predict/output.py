@@ -39,6 +39,8 @@ FORMATS = {"csv": ".csv", "jsonl": ".jsonl"}
 FIGURES = "predictions"
 #: The list of the files the last ``predict`` wrote into its output folder.
 MANIFEST = ".predict.json"
+#: Shorter side an input image is decoded to for the page, at least (its panel is about 340 px wide).
+PAGE_IMAGE_SIDE = 256
 #: Names ``predict`` writes (relative to the output folder); a manifest naming others is not trusted.
 _OWN = re.compile(r"predictions\.(csv|jsonl|md)|predictions/[1-9][0-9]*\.png")
 
@@ -123,7 +125,7 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
             lines += [f"Not predicted: {row['error']}", ""]
             continue
         try:
-            image = None if pred.inputs[i] is None else read_image(pred.inputs[i])
+            image = None if pred.inputs[i] is None else read_image(pred.inputs[i], PAGE_IMAGE_SIDE)
         except UnreadableImageError:  # removed since it was predicted
             image = None
         ex = pred.explain(i)

@@ -130,6 +130,11 @@ class Pipeline:
     batch_size : int
     top_k : int
         Anomalous attributes per input.
+    decode_side : int or None
+        Image files and PIL images are reduced while decoding to a shorter side of at least this
+        many pixels (:func:`cbm.predict.inputs.read_image`); :meth:`from_run` sets twice the
+        evaluation transform's resize, so the transform's own antialiased resize still makes the
+        last step (a 10,000 x 10,000 photo no longer lies in memory at full size). None: no reduction.
     """
 
     run_dir: Path
@@ -143,6 +148,7 @@ class Pipeline:
     device: torch.device
     batch_size: int = 64
     top_k: int = 5
+    decode_side: int | None = None
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, head: str = "ferl-deep", inputs: str = "calibrated", *,
@@ -188,7 +194,7 @@ class Pipeline:
                         "now on the run's val table, 95 %% accepted", head, inputs)
         dev = _device(device)
         ckpt = Path(run_dir) / CHECKPOINT
-        detector, transform = None, None
+        detector, transform, decode_side = None, None, None
         if ckpt.is_file():
             detector = ConceptDetector.from_checkpoint(ckpt, map_location=dev).eval()
             check_concept_names(detector.concept_names, model.concept_names_, source=f"checkpoint {ckpt}",
@@ -197,9 +203,11 @@ class Pipeline:
             if detector.hparams.input_kind == "image":
                 transform = build_transform(data.image_size, train=False,
                                             eval_crop_fraction=data.eval_crop_fraction)
+                decode_side = 2 * round(data.image_size / data.eval_crop_fraction)
         return cls(run_dir=Path(run_dir), head_name=head, inputs=inputs, head=model,
                    calibrator=run.calibrator if inputs == "calibrated" else None, threshold=threshold,
-                   detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k)
+                   detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k,
+                   decode_side=decode_side)
 
     @property
     def concept_names(self) -> list[str]:
@@ -244,7 +252,7 @@ class Pipeline:
                 rows, batch = [], []
                 for i in range(start, min(len(images), start + self.batch_size)):
                     try:
-                        batch.append(self.transform(read_image(images[i])))
+                        batch.append(self.transform(read_image(images[i], self.decode_side)))
                         rows.append(i)
                     except UnreadableImageError as err:
                         errors[i] = str(err)

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
-from cbm.data import UnreadableImageError, load_custom
+from cbm.data import UnreadableImageError, build_transform, load_custom
 from cbm.data.images import open_rgb, to_rgb
 from cbm.data.validate import main as validate_main
+from cbm.heads import make_head
+from cbm.predict import Pipeline
 from cbm.predict.inputs import read_image
+from cbm.predict.output import PAGE_IMAGE_SIDE, write_predictions
 
 #: A 16-bit grey ramp: 0 ... 65535 across, the 8-bit values 0 ... 255 after scaling.
 RAMP = np.repeat(np.linspace(0, 65535, 16).round().astype(np.uint16)[None, :], 8, axis=0)
@@ -67,3 +71,50 @@ def test_8_bit_grey_values_in_an_int_or_float_image_keep_their_meaning():
     for value, dtype, expected in ((200, np.int32, 200), (0.5, np.float32, 128)):
         rgb = np.asarray(to_rgb(Image.fromarray(np.full((2, 2), value, dtype))))
         assert (rgb == expected).all()
+
+
+def _photo(path, size=(2400, 1800)) -> np.ndarray:
+    """A smooth colour image (a photo compresses like this, noise would not)."""
+    yy, xx = np.mgrid[0:size[1], 0:size[0]]
+    rgb = np.stack([xx * 255 // size[0], yy * 255 // size[1], (xx + yy) * 255 // sum(size)], -1)
+    rgb = rgb.astype(np.uint8)
+    Image.fromarray(rgb).save(path, quality=90)
+    return rgb
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+def test_a_large_image_is_reduced_while_decoding_to_what_is_needed(tmp_path, suffix):
+    # a 10,000 x 10,000 photo took 8.2 GB in predict with the page (decoded, resized, drawn at full size)
+    full = _photo(tmp_path / f"big{suffix}")
+    small = read_image(tmp_path / f"big{suffix}", min_side=146)  # synthetic runs: 2 x 73 px
+    assert 146 <= min(small.shape[:2]) < 2 * 146 and small.shape[1] * 3 == small.shape[0] * 4  # 4:3 kept
+    assert read_image(tmp_path / f"big{suffix}").shape == full.shape  # no min_side: as before
+    assert read_image(tmp_path / f"big{suffix}", min_side=2000).shape == full.shape  # never below it
+    transform = build_transform(64, train=False)
+    # what the detector sees differs by a fraction of a grey level (normalised units: 1/255/0.226 = 0.017)
+    diff = (transform(small) - transform(read_image(tmp_path / f"big{suffix}"))).abs()
+    assert float(diff.mean()) < 0.02
+    assert 146 <= min(read_image(Image.open(tmp_path / f"big{suffix}"), min_side=146).shape[:2]) < 2 * 146
+
+
+def test_predict_decodes_for_the_detector_and_the_page_at_reduced_size(tmp_path, monkeypatch):
+    sides = []
+    real = read_image
+
+    def spy(image, min_side=None):
+        sides.append(min_side)
+        return real(image, min_side)
+
+    monkeypatch.setattr("cbm.predict.pipeline.read_image", spy)
+    monkeypatch.setattr("cbm.predict.output.read_image", spy)
+    head = make_head("ferl-compact").fit(np.random.default_rng(0).random((40, 2)), np.repeat(["a", "b"], 20),
+                                         ["p", "q"])
+    detector = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    pipe = Pipeline(run_dir=tmp_path, head_name="ferl-compact", inputs="raw", head=head, calibrator=None,
+                    threshold={"kind": "leaf", "accept": 0.95, "value": 1.0, "fitted_on": "val", "n": 40},
+                    detector=detector, transform=build_transform(32, train=False), device=torch.device("cpu"),
+                    decode_side=74)
+    _photo(tmp_path / "big.jpg", (800, 600))
+    pred = pipe.predict([tmp_path / "big.jpg"])
+    write_predictions(pred, tmp_path / "out")
+    assert sides == [74, PAGE_IMAGE_SIDE]
