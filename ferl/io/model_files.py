@@ -217,8 +217,12 @@ def _value_problem(est, tree: FuzzyTree, d: int) -> str | None:
 
 
 def _leaf_arrays(model: LeafGaussians) -> dict[str, np.ndarray]:
-    """The leaf Gaussians' saved arrays; covariances as their lower triangles (they are symmetric)."""
+    """The leaf Gaussians' saved arrays; covariances as their lower triangles (they are symmetric),
+    diagonal ones (`ferl.novelty.leaf_fit_diag`) as their variances."""
     arrays = {f"leaf_{k}": getattr(model, k) for k in LeafGaussians.SAVED_FIELDS if k != "cov"}
+    if model.cov.ndim == 2:
+        arrays["leaf_cov_diag"] = model.cov
+        return arrays
     rows, cols = np.tril_indices(model.cov.shape[1])
     arrays["leaf_cov_tril"] = model.cov[:, rows, cols]
     return arrays
@@ -228,17 +232,19 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
     """Rebuild the leaf Gaussians; ValueError for missing arrays or a hand-edited, inconsistent file
     (shapes, finiteness, the tree's leaves, positive scales and width, covariances symmetric
     with the ridge on their variances and no eigenvalue below minus their rounding level)."""
-    names = [f"leaf_{k}" for k in LeafGaussians.SAVED_FIELDS if k != "cov"] + ["leaf_cov_tril"]
+    diagonal = "leaf_cov_diag" in arrays
+    names = [f"leaf_{k}" for k in LeafGaussians.SAVED_FIELDS if k != "cov"] + [
+        "leaf_cov_diag" if diagonal else "leaf_cov_tril"]
     missing = [k for k in names if k not in arrays]
     if missing:
         raise ValueError(f"{path} lacks the leaf Gaussian arrays {missing} (a model saved by an older "
                          f"version); refit and save the model again")
     fields = {k: arrays[f"leaf_{k}"] for k in LeafGaussians.SAVED_FIELDS if k != "cov"}
-    rows, cols = np.tril_indices(d)
+    rows, cols = np.tril_indices(1 if diagonal else d)
     leaves = np.flatnonzero(tree.is_leaf)
     shapes = dict(center=(d,), scale=(d,), leaves=leaves.shape, mean=(leaves.size, d), reliability=(2,),
-                  cov_tril=(leaves.size, rows.size))
-    fields["cov_tril"] = arrays["leaf_cov_tril"]
+                  cov_tril=(leaves.size, d if diagonal else rows.size))
+    fields["cov_tril"] = arrays["leaf_cov_diag" if diagonal else "leaf_cov_tril"]
     for name, shape in shapes.items():
         arr = fields[name]
         if arr.shape != shape or arr.dtype.kind not in "fi" or not np.isfinite(arr).all():
@@ -248,6 +254,12 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
         _corrupted(path, "the leaf Gaussians do not belong to the tree's leaves")
     if (fields["scale"] <= 0).any() or fields["reliability"][1] <= 0:
         _corrupted(path, "a leaf Gaussian scale or reliability width is not positive")
+    if diagonal:  # variances only, each holding the ridge
+        cov = fields.pop("cov_tril")
+        if (cov < RIDGE * (1 - 1e-9)).any():
+            _corrupted(path, "a leaf variance lost its ridge")
+        return LeafGaussians(**{k: np.asarray(v, dtype=np.float64) if k != "leaves" else v
+                                for k, v in fields.items()}, cov=np.asarray(cov, dtype=np.float64))
     cov = np.zeros((leaves.size, d, d))
     cov[:, rows, cols] = fields.pop("cov_tril")
     cov[:, cols, rows] = cov[:, rows, cols]
