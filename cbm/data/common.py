@@ -22,6 +22,7 @@ __all__ = [
     "DatasetLayoutError",
     "UnreadableImageError",
     "check_split_sizes",
+    "not_utf8",
     "resolve_data_root",
     "find_dataset_dir",
     "stratified_split",
@@ -324,3 +325,13 @@ def check_split_sizes(counts: dict[str, int], splits: Sequence[str] = ("train", 
     if "train" in splits and counts["train"] < 2:
         raise ValueError(f"the training split has {counts['train']} sample(s); training needs at least 2 "
                          "(give each class more samples)")
+
+
+#: How to fix a CSV that is not UTF-8.
+UTF8_FIX = "save it as UTF-8 (\"CSV UTF-8\" in a spreadsheet)"
+
+
+def not_utf8(path: Path | str, err: UnicodeDecodeError) -> DataFormatError:
+    """The error for a text file that is not UTF-8: the file, the first byte that is not, the fix."""
+    byte = err.object[err.start]
+    return DataFormatError(f"{path} is not UTF-8 text (byte {byte:#04x} is not UTF-8): {UTF8_FIX}")

@@ -91,6 +91,9 @@ class InterventionSettings:
             bad = [v for v in given if v not in allowed]
             if bad or not given:
                 raise ValueError(f"unknown or no {what} {bad}; choose from {list(allowed)}")
+        if "test" not in self.splits:  # the curves' accuracy, and the held-out AUROC, are measured on it
+            raise ValueError(f"splits must include 'test' (the held-out classes' AUROC is measured against "
+                             f"it), got {list(self.splits)}")
         if not self.heads:
             raise ValueError("give at least one head")
         if self.inputs not in ("raw", "calibrated"):
@@ -261,6 +264,8 @@ def evaluate_interventions(runs: str | os.PathLike | Sequence[str | os.PathLike]
     found = [(label, path, Path(root)) for root in runs for label, path in run_dirs(root)]
     if out is None and len(runs) > 1:
         raise ValueError("several runs need --out for the combined results")
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
     names = [label if path == root else f"{root.name}/{label}" for label, path, root in found]
     loaded = [load_concepts(path) for _, path, _ in found]
     check_comparable(list(zip(names, loaded, strict=True)))

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from cbm.data.common import UnreadableImageError
+from cbm.data.common import UnreadableImageError, not_utf8
 from cbm.data.concept_tables import check_concept_names, load_concept_table
 from cbm.data.custom import IMAGE_SUFFIXES
 from cbm.data.images import open_rgb, to_rgb
@@ -130,15 +130,19 @@ def read_concepts_file(path: str | os.PathLike, concept_names: Sequence[str]) ->
     if not path.is_file():
         raise FileNotFoundError(f"concepts file {path} does not exist")
     names = [str(n) for n in concept_names]
-    if path.suffix == ".npz":
+    suffix = path.suffix.lower()  # a spreadsheet may save X.CSV
+    if suffix == ".npz":
         table = load_concept_table(path)
         check_concept_names(table.concept_names, names, source=str(path), reference="the run")
         return ConceptInputs([str(s) for s in table.sample_ids], table.probs,
                              [table.class_names[c] for c in table.y])
-    if path.suffix != ".csv":
+    if suffix != ".csv":
         raise ValueError(f"{path}: concepts must be a concept table (.npz) or a .csv file")
-    with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark too
-        rows = list(csv.reader(fh))
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark too
+            rows = list(csv.reader(fh))
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err) from err
     if len(rows) < 2 or not rows[0] or rows[0][0] != "sample_id":
         raise ValueError(f"{path}: expected a header 'sample_id,<concept>,...' and at least one row")
     header = rows[0][1:]

@@ -74,3 +74,16 @@ def test_a_fifo_named_like_an_image_is_not_collected(tmp_path):
     with pytest.raises(FileNotFoundError, match="holds no concept tables"):
         validate_path(tmp_path / "run")
     assert np.isin(table.split, ["train", "val", "test"]).all()
+
+
+def test_identical_class_profiles_and_an_empty_group_name_are_warned_about(tmp_path, caplog):
+    for c in ("a", "b", "c"):
+        for i in range(3):
+            (tmp_path / "images" / c).mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (8, 8)).save(tmp_path / "images" / c / f"{i}.png")
+    (tmp_path / "concepts.csv").write_text("class,::red,colour::blue\na,1,0\nb,1,0\nc,0,1\n")
+    with caplog.at_level("WARNING"):
+        table = load_custom(tmp_path)
+    assert "1 pair(s) of classes have the same concept profile, e.g. [('a', 'b')]" in caplog.text
+    assert "concept(s) ['::red'] have an empty group name" in caplog.text
+    assert table.concept_groups == {"": [0], "colour": [1]}

@@ -193,3 +193,12 @@ def test_runs_that_do_not_match_are_not_averaged(tiny_run, tmp_path, change, mes
     with pytest.raises(ValueError, match=expected):
         evaluate_interventions([tiny_run, other], settings, tmp_path / "both")
     assert not (other / "interventions").exists()  # refused before anything was computed
+
+
+def test_splits_without_test_and_an_out_that_is_a_file_are_named(tiny_run, tmp_path):
+    # --splits novel said "the test split has no rows of training classes"; --out FILE "File exists"
+    with pytest.raises(ValueError, match=r"splits must include 'test' .*got \['novel'\]"):
+        InterventionSettings(splits=("novel",))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="--out .*file is a file, not a folder"):
+        evaluate_interventions([tiny_run], InterventionSettings(heads=("lr",)), tmp_path / "file")
