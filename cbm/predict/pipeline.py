@@ -31,6 +31,7 @@ from cbm.data import ConceptDataModule, build_transform
 from cbm.data.common import UnreadableImageError
 from cbm.data.concept_tables import check_concept_names
 from cbm.detector import ConceptDetector
+from cbm.detector.checkpoint import checkpoint_data_settings
 from cbm.heads import FERLHead
 from cbm.predict.inputs import read_image
 from cbm.report.run import load_run
@@ -104,6 +105,21 @@ def _device(device: str) -> torch.device:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device; use --device cpu")
     return torch.device(device)
+
+
+def _data_settings(ckpt: Path, config: dict[str, Any]) -> ConceptDataModule:
+    """The data module (transform settings; it loads no data) the detector was trained with: from the
+    checkpoint, or from the run's config.yaml for a checkpoint without them. An edited config.yaml
+    changed the image size of predict's transform, and so every prediction, silently."""
+    trained = checkpoint_data_settings(ckpt)
+    if trained is None:
+        return ConceptDataModule(**config)
+    data, edited = ConceptDataModule(**trained), ConceptDataModule(**config)
+    for key in ("image_size", "eval_crop_fraction"):
+        if getattr(edited, key) != getattr(data, key):
+            log.warning("config.yaml of the run gives %s %s, the detector was trained with %s: %s used",
+                        key, getattr(edited, key), getattr(data, key), getattr(data, key))
+    return data
 
 
 @dataclass
@@ -199,7 +215,7 @@ class Pipeline:
             detector = ConceptDetector.from_checkpoint(ckpt, map_location=dev).eval()
             check_concept_names(detector.concept_names, model.concept_names_, source=f"checkpoint {ckpt}",
                                 reference=f"head {head!r}")
-            data = ConceptDataModule(**run.config.get("data", {}))  # transform settings; loads no data
+            data = _data_settings(ckpt, run.config.get("data", {}))
             if detector.hparams.input_kind == "image":
                 transform = build_transform(data.image_size, train=False,
                                             eval_crop_fraction=data.eval_crop_fraction)
