@@ -11,6 +11,7 @@ version may save more. `ModelFilesMixin` gives `FERLClassifier` its ``save`` and
 from __future__ import annotations
 
 import os
+import warnings
 from numbers import Integral
 from pathlib import Path
 from typing import Self
@@ -47,13 +48,18 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     if est.partitions_ is not None:
         arrays["partitions"] = est.partitions_
     classes = est.classes_
+    if not isinstance(est.random_state, Integral | None):
+        warnings.warn(f"random_state {est.random_state!r} is not an int seed: the saved model records None "
+                      "(a refit of the loaded model draws other bootstraps); pass an int to save a seed",
+                      UserWarning, stacklevel=3)
     meta = {
         "estimator": "FERLClassifier",
         # numpy scalars (``np.True_`` passes the bool check, an ``np.int64`` seed) as plain JSON
         "params": {k: v.item() if isinstance(v, np.generic) else v
                    for k, v in est.get_params().items() if k != "random_state"},
         "random_state": int(est.random_state) if isinstance(est.random_state, Integral) else None,
-        "classes": classes.tolist(),
+        # dates and durations as their integer counts of the dtype's unit (JSON has no date)
+        "classes": (classes.view(np.int64) if classes.dtype.kind in "mM" else classes).tolist(),
         "classes_dtype": classes.dtype.str if classes.dtype != object else "str",
         "feature_names": est.feature_names_,
         "feature_names_in": (
