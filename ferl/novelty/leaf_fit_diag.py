@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ferl.novelty.fold_moments import diagonal_fold_moments
 from ferl.novelty.leaf_fit import depth_first
 
 __all__ = ["diagonal_fit_kernel", "diagonal_leaves"]
@@ -30,37 +31,6 @@ __all__ = ["diagonal_fit_kernel", "diagonal_leaves"]
 def diagonal_leaves(sample_weight: np.ndarray, n_features: int) -> bool:
     """Whether the leaf Gaussians are diagonal: fewer training rows of positive weight than features."""
     return int(np.count_nonzero(np.asarray(sample_weight) > 0)) < n_features
-
-
-@njit(cache=True)
-def _sums(U, sw, entries, rows, phi0, fold, n_folds, mean, s1, s2):
-    """A node's weighted count and mean (into ``mean``) on all its rows, and per fold, on rows
-    centred at that mean, the sums of the weights (returned), of ``z`` (``s1``) and of ``z^2``
-    (``s2``), each (n_folds, d)."""
-    d = U.shape[1]
-    s0 = np.zeros(n_folds)
-    s1[:] = 0.0
-    s2[:] = 0.0
-    mean[:] = 0.0
-    total = 0.0
-    for q in entries:
-        w = phi0[q] * sw[rows[q]]
-        if w > 0.0:
-            total += w
-            mean += w * U[rows[q]]
-    if total > 0.0:
-        mean /= total
-    for q in entries:
-        r = rows[q]
-        w = phi0[q] * sw[r]
-        if w > 0.0:
-            k = fold[r]
-            s0[k] += w
-            for f in range(d):
-                z = U[r, f] - mean[f]
-                s1[k, f] += w * z
-                s2[k, f] += w * z * z
-    return s0, total
 
 
 @njit(cache=True)
@@ -114,8 +84,8 @@ def diagonal_fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, p
             continue
         n_leaves += 1
         n_values += count[o]
-        s0, total = _sums(U, sw, np.arange(start[o], start[o] + count[o]), rows, phi0, fold, n_folds,
-                          node_mean, s1, s2)
+        entries = np.arange(start[o], start[o] + count[o])
+        s0, total = diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_mean, s1, s2)
         if total <= 0.0:
             continue
         for k in range(K1):
@@ -138,7 +108,7 @@ def diagonal_fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, p
         t = depth[o] + 1
         leaf = feature[o] < 0
         entries = np.arange(start[o], start[o] + count[o])
-        s0, total = _sums(U, sw, entries, rows, phi0, fold, n_folds, node_mean, s1, s2)
+        s0, total = diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_mean, s1, s2)
         for k in range(K1):
             cnt = _moments(s0, s1, s2, total, k, o1, o2) if total > 0.0 else 0.0
             if cnt <= 0.0:  # no weight: the parent's mean and the pooled variances
