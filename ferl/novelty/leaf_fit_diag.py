@@ -3,13 +3,13 @@
 With fewer training rows of positive weight than features (``n < d``: bag-of-words, embeddings,
 a handful of labelled rows) the pooled within-leaf scatter has rank below ``d``: the correlations
 of `ferl.novelty.typicality` are the ridge's, not the data's, yet they cost ``d x d`` memory per
-covariance and ``d^3`` time (the ZCA whitening's eigendecomposition, the cross-fit's Choleskys):
-2 rows x 2,000 features took 2.7 s and 0.74 GB, 2 x 4,000 17.8 s and 2.1 GB, 2 x 10,000 some 276 s.
+covariance and ``d^3`` time (the ZCA whitening's eigendecomposition, the cross-fit's Choleskys),
+so that a fit on two rows grew with the cube of the width (docs/results/speed.md, *Wide inputs*).
 There every leaf keeps the same shrunk *variances* as the full model (its own, shrunk to the pooled
 within-leaf variances with ``a_l = n_l / (n_l + KAPPA d)``, plus ``RIDGE``) and no correlations:
 ``Sigma_l`` is diagonal, its ZCA-cor whitening ``V^{-1/2}``, its log-det shared out exactly as
 ``t_lf / 2`` (``log R = 0``). Fit, model and read-out are then linear in ``d`` at fixed ``n``
-(``python scripts/bench_wide.py``). The rule (`diagonal_leaves`) depends on the data's shape only,
+(``python scripts/bench_wide.py``, docs/results/speed.md). The rule (`diagonal_leaves`) depends on the data's shape only,
 so every fit with at least as many rows as features is unchanged, bit for bit.
 
 `diagonal_fit_kernel` returns what `ferl.novelty.leaf_fit.fit_kernel` returns, with covariances as
