@@ -21,6 +21,8 @@ __all__ = [
     "DataFormatError",
     "DatasetLayoutError",
     "UnreadableImageError",
+    "check_split_sizes",
+    "not_utf8",
     "resolve_data_root",
     "find_dataset_dir",
     "stratified_split",
@@ -300,3 +302,36 @@ def check_training_images(split: np.ndarray, y: np.ndarray, class_names: Sequenc
     missing = [class_names[c] for c in range(len(class_names)) if c not in present]
     if missing:
         raise DataFormatError(f"classes with no training image: {missing[:10]}")
+
+
+def check_split_sizes(counts: dict[str, int], splits: Sequence[str] = ("train", "val", "test")) -> None:
+    """Raise ValueError unless every split of ``splits`` has samples and train has at least two.
+
+    The checks ``train-detector`` makes before training (:func:`cbm.detector.export.export_loaders`
+    for the splits it exports, the data module's training loader for train), shared with
+    ``python -m cbm.data.validate`` so that it refuses a data set with the same message.
+
+    Parameters
+    ----------
+    counts : dict of str to int
+        Samples per split (a split absent from it has none).
+    splits : sequence of str
+        The splits that must not be empty (``train-detector``'s ``export_splits``).
+    """
+    for split in splits:
+        if counts.get(split, 0) == 0:
+            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give each "
+                             "class more samples (a per-class split of very few samples can be empty)")
+    if "train" in splits and counts["train"] < 2:
+        raise ValueError(f"the training split has {counts['train']} sample(s); training needs at least 2 "
+                         "(give each class more samples)")
+
+
+#: How to fix a CSV that is not UTF-8.
+UTF8_FIX = "save it as UTF-8 (\"CSV UTF-8\" in a spreadsheet)"
+
+
+def not_utf8(path: Path | str, err: UnicodeDecodeError) -> DataFormatError:
+    """The error for a text file that is not UTF-8: the file, the first byte that is not, the fix."""
+    byte = err.object[err.start]
+    return DataFormatError(f"{path} is not UTF-8 text (byte {byte:#04x} is not UTF-8): {UTF8_FIX}")

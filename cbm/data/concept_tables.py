@@ -243,6 +243,9 @@ def load_concept_table(path: str | os.PathLike) -> ConceptTable:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"concept table {path} does not exist")
+    if not zipfile.is_zipfile(path):  # np.load would call a text file "pickled data"
+        raise ValueError(f"{path} is not a readable .npz concept table: not a zip archive of arrays (a "
+                         "truncated file, or another kind of file named .npz)")
     try:
         with np.load(path, allow_pickle=False) as z:
             data = {key: z[key] for key in z.files}
@@ -341,7 +344,10 @@ def check_concept_names(
         parts.append(f"missing from {source}: {missing[:20]}")
     if extra:
         parts.append(f"not in {reference}: {extra[:20]}")
-    if not missing and not extra:
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        parts.append(f"named twice in {source}: {twice[:20]}")
+    elif not missing and not extra:
         moved = [(i, a, b) for i, (a, b) in enumerate(zip(names, expected, strict=True)) if a != b]
         parts.append("same names in another order; first differences (position, "
                      f"{source}, {reference}): {moved[:5]}")

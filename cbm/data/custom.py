@@ -18,6 +18,7 @@ problem is raised with the file, line and column that cause it.
 from __future__ import annotations
 
 import csv
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,15 +27,19 @@ from typing import Any
 import numpy as np
 
 from .common import (
+    UTF8_FIX,
     DataFormatError,
     DatasetLayoutError,
     check_training_images,
     find_dataset_dir,
+    not_utf8,
     stratified_split,
 )
 from .tables import ImageFileTable, check_on_unreadable, keep_readable
 
 __all__ = ["CUSTOM_LAYOUT", "IMAGE_SUFFIXES", "load_custom"]
+
+log = logging.getLogger(__name__)
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 SPLIT_NAMES = ("train", "val", "test")
@@ -49,18 +54,16 @@ CUSTOM_LAYOUT = """\
 
 def _read_csv(path: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Header and (line number, fields) of the non-empty rows; whitespace around fields removed."""
-    fix = "save it as UTF-8 (\"CSV UTF-8\" in a spreadsheet)"
     with open(path, newline="", encoding="utf-8-sig") as fh:
         reader = csv.reader(fh)
         try:
             lines = [(n, [f.strip() for f in row]) for n, row in enumerate(reader, 1) if any(row)]
         except UnicodeDecodeError as err:
-            raise DataFormatError(f"{path} is not UTF-8 text (byte {err.object[err.start]:#04x} is not "
-                                  f"UTF-8): {fix}") from err
+            raise not_utf8(path, err) from err
         except csv.Error as err:  # e.g. a field over csv.field_size_limit()
             raise DataFormatError(f"{path}:{reader.line_num}: not a readable CSV line ({err})") from err
     if any("\x00" in f for _, row in lines for f in row):
-        raise DataFormatError(f"{path} holds NUL bytes, so it is not UTF-8 text (UTF-16?): {fix}")
+        raise DataFormatError(f"{path} holds NUL bytes, so it is not UTF-8 text (UTF-16?): {UTF8_FIX}")
     if not lines:
         raise DataFormatError(f"{path} is empty")
     (_, header), rows = lines[0], lines[1:]
@@ -89,7 +92,23 @@ def _groups(names: Sequence[str]) -> dict[str, list[int]] | None:
     groups: dict[str, list[int]] = {}
     for j, n in enumerate(names):
         groups.setdefault(n.split("::", 1)[0], []).append(j)
+    if "" in groups:
+        log.warning("concept(s) %s have an empty group name (nothing before '::'): they form a group "
+                    "named ''", [names[j] for j in groups[""]][:5])
     return groups
+
+
+def _warn_identical_profiles(classes: Sequence[str], profiles: np.ndarray) -> None:
+    """Warn when classes share a concept profile: a head on the concepts cannot tell them apart."""
+    seen: dict[bytes, str] = {}
+    same = []
+    for c, row in zip(classes, np.asarray(profiles, dtype=np.uint8), strict=True):
+        if row.tobytes() in seen:
+            same.append((seen[row.tobytes()], c))
+        seen.setdefault(row.tobytes(), c)
+    if same:
+        log.warning("%d pair(s) of classes have the same concept profile, e.g. %s: a head that reads "
+                    "only the concepts cannot tell them apart", len(same), same[:3])
 
 
 def _images(root: Path) -> tuple[list[str], dict[str, list[Path]]]:
@@ -97,8 +116,9 @@ def _images(root: Path) -> tuple[list[str], dict[str, list[Path]]]:
     if not folder.is_dir():
         raise DatasetLayoutError(f"missing folder {folder}\nExpected layout:\n{CUSTOM_LAYOUT}")
     classes = sorted(p.name for p in folder.iterdir() if p.is_dir())
-    files = {c: sorted(p for p in (folder / c).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-             for c in classes}
+    # regular files only: a FIFO named *.png hung the image check, a folder named so failed it
+    files = {c: sorted(p for p in (folder / c).rglob("*")
+                       if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()) for c in classes}
     empty = [c for c in classes if not files[c]]
     if empty or len(classes) < 2:
         raise DataFormatError(f"{folder}: need two or more class folders holding images; "
@@ -186,12 +206,14 @@ def load_custom(
     else:
         concepts = values[[listed[r] for r in rel]]
         class_concepts = np.stack([concepts[y == k].mean(axis=0) >= 0.5 for k in range(len(classes))])
+    _warn_identical_profiles(classes, class_concepts)
     info: dict[str, Any] = {"root": str(base), "seed": seed, "concept_source": f"per_{kind}"}
     if split_col is not None:
-        split = np.array([rows[listed[r]][1][split_col] for r in rel], dtype="<U5")
-        bad = sorted(set(split.tolist()) - set(SPLIT_NAMES))
+        given = [rows[listed[r]][1][split_col] for r in rel]
+        bad = sorted(set(given) - set(SPLIT_NAMES))  # checked before the names are stored as <U5
         if bad:
             raise DataFormatError(f"{csv_path}: split values {bad}; allowed: {list(SPLIT_NAMES)}")
+        split = np.array(given, dtype="<U5")
     else:
         split = stratified_split(y, fractions, SPLIT_NAMES, seed)
         info["fractions"] = list(fractions)

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 from torchvision.transforms import v2
 
+from .common import check_split_sizes
 from .folds import ClassFold, class_disjoint_folds, load_folds, open_world_split, save_folds
 from .registry import get_spec, load_dataset
 from .tables import ConceptDataset, SampleTable
@@ -270,9 +271,7 @@ class ConceptDataModule(L.LightningDataModule):
         """
         self.setup()
         ds = self.datasets["train"]
-        if len(ds) < 2:
-            raise ValueError(f"the training split has {len(ds)} sample(s); training needs at least 2 "
-                             "(give each class more samples)")
+        check_split_sizes({"train": len(ds)}, ("train",))
         return self._loader(ds, shuffle=True, drop_last=len(ds) % self.batch_size == 1)
 
     def val_dataloader(self) -> DataLoader:

@@ -19,6 +19,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from .common import SPLITS, DatasetLayoutError, UnreadableImageError
+from .images import open_rgb
 
 __all__ = [
     "ConceptDataset",
@@ -192,7 +193,7 @@ class SampleTable:
 
 
 class ImageFileTable(SampleTable):
-    """A table whose inputs are image files (decoded with PIL, converted to RGB)."""
+    """A table whose inputs are image files (decoded as 8-bit RGB, :func:`cbm.data.images.open_rgb`)."""
 
     def __init__(self, *, paths: Sequence[str | os.PathLike], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -203,10 +204,11 @@ class ImageFileTable(SampleTable):
     def load(self, i: int) -> Image.Image:
         path = self.paths[i]
         try:
-            with Image.open(path) as img:
-                return img.convert("RGB")
+            return open_rgb(path)  # 16-bit images scaled to 8 bits, not clipped to white
         except FileNotFoundError as err:
             raise DatasetLayoutError(f"image file missing: {path}") from err
+        except UnreadableImageError:
+            raise
         except Exception as err:  # PIL raises several types for bad data
             raise UnreadableImageError(f"cannot read image {path}: {err}") from err
 
@@ -294,7 +296,8 @@ class ConceptDataset(Dataset):
 
 
 def check_images_readable(paths: Sequence[str], on_unreadable: str) -> tuple[np.ndarray, list[str]]:
-    """Decode every image (reduced-size JPEG draft, so it is quick).
+    """Decode every image as the loader does (:func:`cbm.data.images.open_rgb`; a reduced-size JPEG
+    draft, so it is quick).
 
     Returns a keep-mask and the list of unreadable files; raises
     :class:`UnreadableImageError` on the first bad file when ``on_unreadable == "error"``.
@@ -303,11 +306,11 @@ def check_images_readable(paths: Sequence[str], on_unreadable: str) -> tuple[np.
     bad: list[str] = []
     for i, p in enumerate(paths):
         try:
-            with Image.open(p) as img:
-                img.draft("RGB", (32, 32))
-                img.load()
+            open_rgb(p, min_side=32)  # as the loader decodes it (refused values fail here too)
         except Exception as err:
             if on_unreadable == "error":
+                if isinstance(err, UnreadableImageError):
+                    raise
                 raise UnreadableImageError(f"cannot read image {p}: {err}") from err
             keep[i] = False
             bad.append(str(p))

@@ -5,7 +5,8 @@ A PATH may be
 * a concept table ``<split>.npz`` (the format ``fit-head`` reads, :mod:`cbm.data.concept_tables`);
 * a ``concepts/`` folder or a run directory: every ``*.npz`` table in it, and that they share
   concept and class names;
-* a custom data set folder (``concepts.csv`` + ``images/``, :mod:`cbm.data.custom`).
+* a custom data set folder (``concepts.csv`` + ``images/``, :mod:`cbm.data.custom`): every image
+  decoded, and the train / val / test splits checked as ``train-detector`` checks them.
 
 Each PATH prints ``OK <path>: <summary>`` or ``FAIL <path>: <what is wrong>`` (the first problem
 found, with the file, row and column or concept that cause it); the exit status is 1 when any
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import DataFormatError, DatasetLayoutError
+from .common import DataFormatError, DatasetLayoutError, check_split_sizes
 from .concept_tables import load_concept_table, load_concept_tables
 from .custom import load_custom
 
@@ -50,11 +51,12 @@ def validate_path(path: str | os.PathLike) -> str:
     if (path / "concepts.csv").is_file():
         tab = load_custom(path, check_images=True)
         splits = {s: int((tab.split == s).sum()) for s in ("train", "val", "test")}
+        check_split_sizes(splits)  # what train-detector refuses (its default export_splits), in its words
         groups = f"{len(tab.concept_groups)} concept groups" if tab.concept_groups else "no concept groups"
         return (f"custom data set: {len(tab)} images, {tab.n_classes} classes, {tab.n_concepts} concepts "
                 f"({groups}), concepts {tab.info['concept_source'].replace('_', ' ')}, splits {splits}")
     folder = path / "concepts" if (path / "concepts").is_dir() else path
-    splits = sorted(p.stem for p in folder.glob("*.npz"))
+    splits = sorted(p.stem for p in folder.glob("*.npz") if p.is_file())  # a FIFO would hang the read
     if not splits:
         raise FileNotFoundError(f"{path} holds no concept tables (*.npz, concepts/*.npz) and no concepts.csv")
     tables = load_concept_tables(folder, splits)

@@ -18,6 +18,7 @@ import torch
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from torch.utils.data import DataLoader
 
+from cbm.data.common import check_split_sizes
 from cbm.data.concept_tables import ConceptTable
 from cbm.detector.metrics import concept_metrics
 from ferl.io.persist import StepWriter
@@ -57,15 +58,11 @@ def export_loaders(datamodule: LightningDataModule, splits: Sequence[str]) -> di
     Raises
     ------
     ValueError
-        A split without samples.
+        A split without samples, or a training split of fewer than two
+        (:func:`cbm.data.common.check_split_sizes`, which ``python -m cbm.data.validate`` shares).
     """
-    loaders = {}
-    for split in splits:
-        loader = datamodule.eval_dataloader(split)
-        if len(loader.dataset) == 0:
-            raise ValueError(f"split {split!r} has no samples: remove it from export_splits, or give "
-                             "each class more samples (a per-class split of very few samples can be empty)")
-        loaders[split] = loader
+    loaders = {split: datamodule.eval_dataloader(split) for split in splits}
+    check_split_sizes({split: len(loader.dataset) for split, loader in loaders.items()}, splits)
     return loaders
 
 

@@ -231,12 +231,22 @@ class ConceptDetector(LightningModule):
         ------
         FileNotFoundError
             When ``path`` does not exist.
+        ValueError
+            When it cannot be read (truncated, empty or not a checkpoint): torch's own error (a
+            ``RuntimeError``, ``EOFError``, ``OSError`` ...) is named in the message.
         """
         if not Path(path).is_file():
             raise FileNotFoundError(f"detector checkpoint {path} does not exist")
-        return cls.load_from_checkpoint(
-            path, map_location=map_location, weights_only=True, pretrained=False
-        )
+        try:
+            return cls.load_from_checkpoint(
+                path, map_location=map_location, weights_only=True, pretrained=False
+            )
+        except ValueError:  # the checkpoint's settings refused by name (e.g. an unknown backbone)
+            raise
+        except Exception as err:  # torch raises RuntimeError, EOFError, OSError, UnpicklingError...
+            reason = " ".join(str(err).split())[:300] or type(err).__name__
+            raise ValueError(f"detector checkpoint {path} cannot be read: it is truncated or damaged "
+                             f"({reason}); train the detector again (train-detector)") from err
 
     def _use_channels_last(self, x: Tensor) -> bool:
         return bool(self.hparams.channels_last) and x.ndim == 4 and x.is_cuda

@@ -19,6 +19,7 @@ from cbm.heads.base import ConceptHead, classes_from, classes_meta
 from ferl import FERLClassifier
 from ferl.io.persist import atomic_write_bytes, read_model, write_model
 from ferl.metrics import fit_acceptance_threshold
+from ferl.novelty.scores import OOD_KINDS
 from ferl.rules import COLUMN_LEGEND
 
 __all__ = ["CARTHead", "CONCEPT_SETTINGS", "FERLHead", "FERL_SETTINGS", "LRHead", "RestrictedLRHead"]
@@ -158,7 +159,7 @@ class FERLHead(ConceptHead):
     def _load_model(self, path, doc):
         self.variant = doc["variant"]
         self.settings = doc.get("settings", "learner")  # heads saved before it existed used the preset
-        self.ood_threshold_ = doc.get("ood_threshold")  # absent in heads saved before it existed
+        self.ood_threshold_ = _checked_threshold(doc.get("ood_threshold"), path)  # None in older heads
         self.model_ = FERLClassifier.load(path)
         coverage = doc.get("coverage")  # absent in heads saved before it existed
         calibrated = getattr(self.model_, "set_scores_", None) is not None
@@ -167,6 +168,27 @@ class FERLHead(ConceptHead):
             raise ValueError(f"head.json: coverage must be a number in (0, 1) with calibrated set scores, "
                              f"got {coverage!r}")
         self.coverage_ = coverage
+
+
+def _checked_threshold(threshold, path) -> dict | None:
+    """A saved novelty threshold, or ValueError naming what is wrong (a null value gave a TypeError
+    later, a NaN one flagged nothing)."""
+    if threshold is None:
+        return None
+    where = f"{path}/head.json: ood_threshold"
+    if not isinstance(threshold, dict):
+        raise ValueError(f"{where} must be an object or null, got {threshold!r}; refit the head (fit-head)")
+    value, accept = threshold.get("value"), threshold.get("accept")
+    problems = []
+    if threshold.get("kind") not in OOD_KINDS:
+        problems.append(f"kind must be one of {list(OOD_KINDS)}, got {threshold.get('kind')!r}")
+    if isinstance(accept, bool) or not isinstance(accept, int | float) or not 0 < accept <= 1:
+        problems.append(f"accept must be in (0, 1], got {accept!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
+        problems.append(f"value must be a finite number, got {value!r}")
+    if problems:
+        raise ValueError(f"{where}: {'; '.join(problems)}; refit the head (fit-head)")
+    return threshold
 
 
 class CARTHead(ConceptHead):

@@ -33,12 +33,13 @@ from cbm.heads.interventions import EXPERT_MODES, head_outputs, is_evidential
 from cbm.heads.policies import POLICIES
 from cbm.interventions.curves import intervention_curve, k_grid
 from cbm.interventions.report import curves_figure, curves_markdown
-from cbm.interventions.run import FITS, load_concepts, open_head
+from cbm.interventions.run import FITS, RunConcepts, load_concepts, open_head
 from ferl import metrics as M
 from ferl.io.persist import atomic_write_bytes, atomic_write_text
 from ferl.novelty.scores import OOD_KINDS
 
-__all__ = ["OUT_DIR", "InterventionSettings", "evaluate_interventions", "evaluate_run", "run_dirs"]
+__all__ = ["OUT_DIR", "InterventionSettings", "check_comparable", "evaluate_interventions", "evaluate_run",
+           "run_dirs"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,9 @@ class InterventionSettings:
             bad = [v for v in given if v not in allowed]
             if bad or not given:
                 raise ValueError(f"unknown or no {what} {bad}; choose from {list(allowed)}")
+        if "test" not in self.splits:  # the curves' accuracy, and the held-out AUROC, are measured on it
+            raise ValueError(f"splits must include 'test' (the held-out classes' AUROC is measured against "
+                             f"it), got {list(self.splits)}")
         if not self.heads:
             raise ValueError("give at least one head")
         if self.inputs not in ("raw", "calibrated"):
@@ -126,10 +130,11 @@ def _subset(n: int, max_rows: int | None, rng: np.random.Generator) -> np.ndarra
     return np.sort(rng.choice(n, max_rows, replace=False))
 
 
-def evaluate_run(name: str, run_dir: Path,
-                 settings: InterventionSettings) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """Curves of one run: (long table, true-concept accuracies, info with rows and groups)."""
-    run = load_concepts(run_dir)
+def evaluate_run(name: str, run_dir: Path, settings: InterventionSettings,
+                 run: RunConcepts | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Curves of one run: (long table, true-concept accuracies, info with rows and groups); ``run``:
+    its tables already read (:func:`cbm.interventions.run.load_concepts`)."""
+    run = load_concepts(run_dir) if run is None else run
     rng = np.random.default_rng(settings.seed)
     train_classes = np.unique(run.tables["train"].y)
     rows = {}
@@ -176,15 +181,48 @@ def evaluate_run(name: str, run_dir: Path,
     return pd.DataFrame(records), pd.DataFrame(truth), info
 
 
+def _difference(a: Sequence, b: Sequence) -> str:
+    only_a, only_b = [x for x in a if x not in b], [x for x in b if x not in a]
+    if not only_a and not only_b:
+        return "the same ones in another order"
+    return f"only in the first: {only_a[:5]}, only in the second: {only_b[:5]}"
+
+
+def check_comparable(runs: Sequence[tuple[str, RunConcepts]]) -> None:
+    """Raise ValueError unless every run has the first run's concepts, concept groups and classes
+    (in order), which a mean over runs needs (curves of other groups or classes were averaged into a
+    meaningless "100.0 ± 0.0").
+
+    Parameters
+    ----------
+    runs : sequence of (name, RunConcepts)
+    """
+    (first, ref), *rest = runs
+    for name, run in rest:
+        groups = [(g, [run.groups.concept_names[j] for j in m])
+                  for g, m in zip(run.groups.names, run.groups.members, strict=True)]
+        ref_groups = [(g, [ref.groups.concept_names[j] for j in m])
+                      for g, m in zip(ref.groups.names, ref.groups.members, strict=True)]
+        pairs = (("concepts", list(ref.groups.concept_names), list(run.groups.concept_names)),
+                 ("concept groups", [f"{g}: {m}" for g, m in ref_groups], [f"{g}: {m}" for g, m in groups]),
+                 ("classes", [str(c) for c in ref.class_names], [str(c) for c in run.class_names]))
+        for what, a, b in pairs:
+            if a != b:
+                raise ValueError(f"runs {first!r} and {name!r} have other {what} ({_difference(a, b)}): "
+                                 "their curves cannot be averaged; evaluate them separately")
+
+
 def _write(out: Path, frame: pd.DataFrame, truth: pd.DataFrame, info: dict) -> dict[str, Path]:
-    buf = io.BytesIO()
-    curves_figure(frame).savefig(buf, format="png", dpi=80)
+    """Write the measurements first (the curves and the true-concept accuracies), then what is drawn
+    from them, so that a failing report or figure loses no computation."""
     files = {
         "curves": atomic_write_text(out / "curves.csv", frame.to_csv(index=False)),
         "true_concepts": atomic_write_text(out / "true_concepts.csv", truth.to_csv(index=False)),
-        "markdown": atomic_write_text(out / "interventions.md", curves_markdown(frame, truth, info)),
-        "figure": atomic_write_bytes(out / "interventions.png", buf.getvalue()),
     }
+    buf = io.BytesIO()
+    curves_figure(frame).savefig(buf, format="png", dpi=80)
+    files["markdown"] = atomic_write_text(out / "interventions.md", curves_markdown(frame, truth, info))
+    files["figure"] = atomic_write_bytes(out / "interventions.png", buf.getvalue())
     doc = {**info, "files": {k: p.name for k, p in files.items()}}
     files["summary"] = atomic_write_text(out / "summary.json", json.dumps(doc, indent=1) + "\n")
     return files
@@ -215,7 +253,8 @@ def evaluate_interventions(runs: str | os.PathLike | Sequence[str | os.PathLike]
     Raises
     ------
     FileNotFoundError, ValueError
-        A missing or invalid run, bad settings, several runs without ``out``.
+        A missing or invalid run, bad settings, several runs without ``out``, runs of other concepts,
+        concept groups or classes (:func:`check_comparable`, before anything is computed).
     """
     settings = settings or InterventionSettings()
     if isinstance(runs, (str, os.PathLike)):  # one run, not a sequence of one-character runs
@@ -225,11 +264,15 @@ def evaluate_interventions(runs: str | os.PathLike | Sequence[str | os.PathLike]
     found = [(label, path, Path(root)) for root in runs for label, path in run_dirs(root)]
     if out is None and len(runs) > 1:
         raise ValueError("several runs need --out for the combined results")
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"--out {out} is a file, not a folder")
+    names = [label if path == root else f"{root.name}/{label}" for label, path, root in found]
+    loaded = [load_concepts(path) for _, path, _ in found]
+    check_comparable(list(zip(names, loaded, strict=True)))
     frames, truths, infos = [], [], []
     files = {}
-    for label, path, root in found:
-        name = label if path == root else f"{root.name}/{label}"
-        frame, truth, info = evaluate_run(name, path, settings)
+    for name, (_, path, _), run in zip(names, found, loaded, strict=True):
+        frame, truth, info = evaluate_run(name, path, settings, run)
         frames.append(frame)
         truths.append(truth)
         infos.append(info)

@@ -61,7 +61,8 @@ def _shown_ks(ks: Sequence[int]) -> list[int]:
     ks = sorted(ks)
     if len(ks) <= _COLUMNS:
         return ks
-    picks = {ks[0], ks[-1], *ks[1:4], *ks[np.linspace(4, len(ks) - 1, _COLUMNS - 4).astype(int)]}
+    spread = np.linspace(4, len(ks) - 1, _COLUMNS - 4).astype(int)  # positions in the list, not k values
+    picks = {ks[0], ks[-1], *ks[1:4], *(ks[int(i)] for i in spread)}
     return sorted(picks)
 
 

@@ -95,7 +95,7 @@ def load_concepts(run_dir: str | os.PathLike) -> RunConcepts:
     if not (folder / "train.npz").is_file():
         raise FileNotFoundError(f"{folder / 'train.npz'} not found: {run_dir} is not a run directory made by "
                                 "train-detector (or an open-world fold)")
-    tables = {p.stem: load_concept_table(p) for p in sorted(folder.glob("*.npz"))}
+    tables = {p.stem: load_concept_table(p) for p in sorted(folder.glob("*.npz")) if p.is_file()}
     if (run_dir / "calibration.json").is_file():
         calibrator = ConceptCalibrator.load(run_dir / "calibration.json")
     elif "val" in tables:

@@ -7,8 +7,10 @@
     predict --run runs/demo --concepts concepts.csv        # concept vectors made elsewhere
 
 writes ``predictions.csv``, ``predictions.jsonl`` and ``predictions.md`` (:mod:`cbm.predict.output`)
-into ``--out`` (default ``<run>/predictions``). Unreadable images get a row with the reason; the
-exit status is 1 only when no input could be predicted.
+into ``--out`` (default ``<run>/predictions``), replacing the previous output there as a whole
+(other files of the folder stay), while holding the folder's write lock from the start. Unreadable
+images get a row with the reason; when no input could be predicted, the exit status is 1 and
+``--out`` is unchanged.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ from jsonargparse.typing import PositiveInt
 
 from cbm.jobs import console_main, phase
 from cbm.predict.inputs import find_images, read_concepts_file
-from cbm.predict.output import FORMATS, write_page, write_table
+from cbm.predict.output import FORMATS, write_predictions
 from cbm.predict.pipeline import Pipeline, Predictions
 from cbm.runtime import add_threads_argument, set_threads
+from ferl.io.persist import folder_lock
 
 __all__ = ["predict_main", "predict_parser", "run_predict"]
 
@@ -65,33 +68,43 @@ def run_predict(run: str, *, images: Sequence[str] | None = None, folder: str | 
     """Predict the inputs given by exactly one of ``images``, ``folder``, ``concepts`` and write the
     table (and page) into ``out``; return the predictions and the written files.
 
+    ``out`` is locked (:func:`ferl.io.persist.folder_lock`) before the run is loaded, and its
+    previous output is replaced as a whole (:func:`cbm.predict.output.write_predictions`).
+
     Raises
     ------
     ValueError
-        Not exactly one input option, or bad options / inputs (see :class:`Pipeline`).
+        Not exactly one input option, bad options / inputs (see :class:`Pipeline`), no input could
+        be predicted (``out`` unchanged), ``out`` is a file or holds a file of the user's where
+        ``predict`` writes.
     FileNotFoundError
         The run, its head, the folder or the concepts file is missing, or the folder holds no image.
+    FolderBusyError
+        Another process is writing ``out``.
     """
     if sum(x is not None for x in (images, folder, concepts)) != 1:
         raise ValueError("give exactly one of --images, --folder or --concepts")
     # the images are found before the run is loaded: a missing folder fails at once
     paths = None if concepts is not None else (
         [Path(p) for p in images] if images is not None else find_images(folder))
-    pipe = Pipeline.from_run(run, head, inputs, device=device, batch_size=batch_size, top_k=top_k)
-    if paths is None:
-        given = read_concepts_file(concepts, pipe.concept_names)
-        pred = pipe.predict_concepts(given.probs, given.ids, true_class=given.true_class)
-        source = f"concept vectors from `{concepts}`"
-    else:
-        ids = [str(p) for p in paths] if folder is None else [p.relative_to(folder).as_posix() for p in paths]
-        pred = pipe.predict(paths, ids, progress=progress)
-        source = f"{len(paths)} image(s) from `{folder}`" if folder else f"{len(paths)} image file(s)"
+    if out is None and not Path(run).is_dir():  # the default --out lies in the run: create no run folder
+        raise FileNotFoundError(f"run directory {run} does not exist")
     out_dir = Path(out) if out is not None else Path(run) / "predictions"
-    files = write_table(pred, out_dir, formats)
-    if page:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir} is a file, not a folder")
+    with folder_lock(out_dir):  # a second job writing the same folder stops here, at once
+        pipe = Pipeline.from_run(run, head, inputs, device=device, batch_size=batch_size, top_k=top_k)
+        if paths is None:
+            given = read_concepts_file(concepts, pipe.concept_names)
+            pred = pipe.predict_concepts(given.probs, given.ids, true_class=given.true_class)
+            source = f"concept vectors from `{concepts}`"
+        else:
+            ids = [str(p) if folder is None else p.relative_to(folder).as_posix() for p in paths]
+            pred = pipe.predict(paths, ids, progress=progress)
+            source = f"{len(paths)} image(s) from `{folder}`" if folder else f"{len(paths)} image file(s)"
         header = [f"Run `{run}`, head {head} on {inputs} concepts, device {pipe.device}; inputs: {source}."]
-        files.append(write_page(pred, out_dir, title=f"Predictions of {Path(run).name}", limit=page_limit,
-                                header=header))
+        files = write_predictions(pred, out_dir, formats=formats, page=page, header=header,
+                                  title=f"Predictions of {Path(run).name}", limit=page_limit)
     return pred, files
 
 
@@ -99,7 +112,8 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``predict``; prints a summary and the written files.
 
     Bad options, inputs and file errors end with one ``predict: error: <message>`` line (exit
-    status 1), and so does a run where no input could be read; unreadable inputs are listed.
+    status 1), and so does a run where no input could be read (naming the first reasons; ``--out``
+    is then unchanged); otherwise unreadable inputs are listed.
     SIGTERM / SIGINT end it with one line (exit status 143 / 130, :func:`cbm.jobs.console_main`).
     """
     cfg = predict_parser().parse_args(argv)
@@ -108,7 +122,8 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
 
     def job() -> tuple[Predictions, list[Path]]:
         set_threads(cfg.threads)
-        with phase("predicting", "the run is unchanged; files already written under --out are whole"):
+        with phase("predicting", "the run is unchanged; --out holds its previous predictions, whole "
+                   "(the new ones replace them all at once, at the end)"):
             return run_predict(cfg.run, images=cfg.images, folder=cfg.folder, concepts=cfg.concepts,
                                head=cfg.head, inputs=cfg.inputs, out=cfg.out,
                                formats=("csv", "jsonl") if cfg.format == "both" else (cfg.format,),
@@ -120,8 +135,6 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
     for r in pred.rows:
         if r["error"] is not None:
             print(f"not predicted: {r['error']}")
-    if not rows:
-        raise SystemExit(f"predict: error: none of the {len(pred.rows)} inputs could be read")
     print(f"predicted {len(rows)} of {len(pred.rows)} input(s) in {time.perf_counter() - start:.1f} s: "
           f"{sum(r['ood_flag'] for r in rows)} flagged as novel, {sum(r['abstained'] for r in rows)} "
           f"abstained, {pred.n_errors} unreadable")

@@ -17,9 +17,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from cbm.data.common import UnreadableImageError
+from cbm.data.common import UnreadableImageError, not_utf8
 from cbm.data.concept_tables import check_concept_names, load_concept_table
 from cbm.data.custom import IMAGE_SUFFIXES
+from cbm.data.images import open_rgb, to_rgb
 
 __all__ = ["ConceptInputs", "find_images", "read_concepts_file", "read_image"]
 
@@ -41,20 +42,26 @@ def find_images(folder: str | os.PathLike) -> list[Path]:
     return found
 
 
-def read_image(image: str | os.PathLike | Image.Image | np.ndarray) -> np.ndarray:
+def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
+               min_side: int | None = None) -> np.ndarray:
     """An input image as RGB uint8 of shape (H, W, 3).
 
     Parameters
     ----------
     image : path-like, PIL image or ndarray
-        A file (decoded with PIL, any mode converted to RGB), a PIL image, or an array of shape
-        (H, W, 3) or (H, W) with dtype uint8.
+        A file (decoded with PIL, any mode converted to 8-bit RGB: 16-bit images scaled, see
+        :func:`cbm.data.images.to_rgb`), a PIL image, or an array of shape (H, W, 3) or (H, W) with
+        dtype uint8.
+    min_side : int, optional
+        A file or PIL image is reduced by the largest integer factor that keeps its shorter side at
+        least this long, while decoding where the format allows (:func:`cbm.data.images.open_rgb`),
+        so a huge photo never lies in memory at full size for long. Arrays are returned as given.
 
     Raises
     ------
     UnreadableImageError
-        A missing or undecodable file, or an array of another shape or dtype (the message names
-        the file or the shape).
+        A missing or undecodable file, values that cannot be read as 8 bits, or an array of another
+        shape or dtype (the message names the file or the shape).
     """
     if isinstance(image, np.ndarray):
         arr = np.stack([image] * 3, axis=-1) if image.ndim == 2 else image
@@ -63,13 +70,14 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray) -> np.ndarra
                                        f"got {image.dtype} {image.shape}")
         return arr if arr.flags.writeable else arr.copy()  # torch refuses read-only arrays
     if isinstance(image, Image.Image):
-        return np.array(image.convert("RGB"))
+        return np.array(to_rgb(image, min_side))
     path = Path(image)
     if not path.is_file():
         raise UnreadableImageError(f"{path}: no such file")
     try:
-        with Image.open(path) as img:
-            return np.array(img.convert("RGB"))
+        return np.array(open_rgb(path, min_side))
+    except UnreadableImageError:
+        raise
     except Exception as err:  # PIL raises several types for bad data
         raise UnreadableImageError(f"{path}: cannot read image: {err}") from err
 
@@ -122,15 +130,19 @@ def read_concepts_file(path: str | os.PathLike, concept_names: Sequence[str]) ->
     if not path.is_file():
         raise FileNotFoundError(f"concepts file {path} does not exist")
     names = [str(n) for n in concept_names]
-    if path.suffix == ".npz":
+    suffix = path.suffix.lower()  # a spreadsheet may save X.CSV
+    if suffix == ".npz":
         table = load_concept_table(path)
         check_concept_names(table.concept_names, names, source=str(path), reference="the run")
         return ConceptInputs([str(s) for s in table.sample_ids], table.probs,
                              [table.class_names[c] for c in table.y])
-    if path.suffix != ".csv":
+    if suffix != ".csv":
         raise ValueError(f"{path}: concepts must be a concept table (.npz) or a .csv file")
-    with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark too
-        rows = list(csv.reader(fh))
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # a spreadsheet's byte-order mark too
+            rows = list(csv.reader(fh))
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err) from err
     if len(rows) < 2 or not rows[0] or rows[0][0] != "sample_id":
         raise ValueError(f"{path}: expected a header 'sample_id,<concept>,...' and at least one row")
     header = rows[0][1:]

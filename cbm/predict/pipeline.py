@@ -31,6 +31,7 @@ from cbm.data import ConceptDataModule, build_transform
 from cbm.data.common import UnreadableImageError
 from cbm.data.concept_tables import check_concept_names
 from cbm.detector import ConceptDetector
+from cbm.detector.checkpoint import checkpoint_data_settings
 from cbm.heads import FERLHead
 from cbm.predict.inputs import read_image
 from cbm.report.run import load_run
@@ -106,6 +107,21 @@ def _device(device: str) -> torch.device:
     return torch.device(device)
 
 
+def _data_settings(ckpt: Path, config: dict[str, Any]) -> ConceptDataModule:
+    """The data module (transform settings; it loads no data) the detector was trained with: from the
+    checkpoint, or from the run's config.yaml for a checkpoint without them. An edited config.yaml
+    changed the image size of predict's transform, and so every prediction, silently."""
+    trained = checkpoint_data_settings(ckpt)
+    if trained is None:
+        return ConceptDataModule(**config)
+    data, edited = ConceptDataModule(**trained), ConceptDataModule(**config)
+    for key in ("image_size", "eval_crop_fraction"):
+        if getattr(edited, key) != getattr(data, key):
+            log.warning("config.yaml of the run gives %s %s, the detector was trained with %s: %s used",
+                        key, getattr(edited, key), getattr(data, key), getattr(data, key))
+    return data
+
+
 @dataclass
 class Pipeline:
     """A run's detector, calibrator and FERL head, ready to predict (build it with :meth:`from_run`).
@@ -130,6 +146,11 @@ class Pipeline:
     batch_size : int
     top_k : int
         Anomalous attributes per input.
+    decode_side : int or None
+        Image files and PIL images are reduced while decoding to a shorter side of at least this
+        many pixels (:func:`cbm.predict.inputs.read_image`); :meth:`from_run` sets twice the
+        evaluation transform's resize, so the transform's own antialiased resize still makes the
+        last step (a 10,000 x 10,000 photo no longer lies in memory at full size). None: no reduction.
     """
 
     run_dir: Path
@@ -143,6 +164,7 @@ class Pipeline:
     device: torch.device
     batch_size: int = 64
     top_k: int = 5
+    decode_side: int | None = None
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, head: str = "ferl-deep", inputs: str = "calibrated", *,
@@ -188,18 +210,20 @@ class Pipeline:
                         "now on the run's val table, 95 %% accepted", head, inputs)
         dev = _device(device)
         ckpt = Path(run_dir) / CHECKPOINT
-        detector, transform = None, None
+        detector, transform, decode_side = None, None, None
         if ckpt.is_file():
             detector = ConceptDetector.from_checkpoint(ckpt, map_location=dev).eval()
             check_concept_names(detector.concept_names, model.concept_names_, source=f"checkpoint {ckpt}",
                                 reference=f"head {head!r}")
-            data = ConceptDataModule(**run.config.get("data", {}))  # transform settings; loads no data
+            data = _data_settings(ckpt, run.config.get("data", {}))
             if detector.hparams.input_kind == "image":
                 transform = build_transform(data.image_size, train=False,
                                             eval_crop_fraction=data.eval_crop_fraction)
+                decode_side = 2 * round(data.image_size / data.eval_crop_fraction)
         return cls(run_dir=Path(run_dir), head_name=head, inputs=inputs, head=model,
                    calibrator=run.calibrator if inputs == "calibrated" else None, threshold=threshold,
-                   detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k)
+                   detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k,
+                   decode_side=decode_side)
 
     @property
     def concept_names(self) -> list[str]:
@@ -244,7 +268,7 @@ class Pipeline:
                 rows, batch = [], []
                 for i in range(start, min(len(images), start + self.batch_size)):
                     try:
-                        batch.append(self.transform(read_image(images[i])))
+                        batch.append(self.transform(read_image(images[i], self.decode_side)))
                         rows.append(i)
                     except UnreadableImageError as err:
                         errors[i] = str(err)

@@ -178,7 +178,7 @@ def load_run(run_dir: str | os.PathLike) -> RunView:
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder} not found: {run_dir} is not a run directory (train-detector "
                                 "writes one)")
-    found = {p.stem for p in folder.glob("*.npz")}
+    found = {p.stem for p in folder.glob("*.npz") if p.is_file()}
     splits = [s for s in SPLIT_ORDER if s in found] + sorted(found - set(SPLIT_ORDER))
     if "train" not in found:
         raise FileNotFoundError(f"{folder / 'train.npz'} not found")

@@ -222,7 +222,8 @@ class StepWriter:
     saved folder (as `save_folder` would). On a clean exit the step is committed: a journal
     listing every replacement is written atomically (the commit point), then applied with
     SIGINT / SIGTERM deferred; a kill after the journal is finished by the next writer of
-    ``root``. On an exception nothing becomes current and the staged files are removed.
+    ``root``. On an exception nothing becomes current and the staged files are removed. `remove`
+    deletes a file in the same commit (after the replacements).
 
     Examples
     --------
@@ -235,6 +236,7 @@ class StepWriter:
         self.root = Path(root)
         self._files: list[tuple[str, str]] = []
         self._folders: list[tuple[str, str, dict]] = []
+        self._removes: list[str] = []
 
     def __enter__(self) -> StepWriter:
         self._lock = folder_lock(self.root)
@@ -263,6 +265,10 @@ class StepWriter:
         """Stage ``text`` as the new content of file ``final``."""
         atomic_write_text(self.path(final), text)
 
+    def remove(self, final: str | os.PathLike) -> None:
+        """Delete file ``final`` (if it exists) when the step is applied: the old files or the new set."""
+        self._removes.append(self._rel(final))
+
     def folder(self, final: str | os.PathLike, write: Callable[[Path], object]) -> None:
         """Stage a new version of the saved folder ``final``, written by ``write(version)``."""
         rel = self._rel(final)
@@ -277,7 +283,7 @@ class StepWriter:
                 try:
                     for staged, _ in self._files:
                         _fsync(self._stage / staged)
-                    journal = {"files": self._files, "folders": self._folders}
+                    journal = {"files": self._files, "folders": self._folders, "removes": self._removes}
                     atomic_write_text(self._stage / _JOURNAL, json.dumps(journal) + "\n")
                 except BaseException:
                     self._discard()
@@ -304,6 +310,9 @@ def _apply_step(root: Path, stage: Path) -> None:
     for rel, name, files in journal["folders"]:
         if (root / rel / name).is_dir():
             point_to_version(root / rel, name, files)
+    for final in journal.get("removes", []):  # absent from journals written before removals
+        if (root / final).is_file():
+            os.unlink(root / final)
     shutil.rmtree(stage)
 
 

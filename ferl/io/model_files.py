@@ -11,6 +11,7 @@ version may save more. `ModelFilesMixin` gives `FERLClassifier` its ``save`` and
 from __future__ import annotations
 
 import os
+import warnings
 from numbers import Integral
 from pathlib import Path
 from typing import Self
@@ -47,13 +48,18 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
     if est.partitions_ is not None:
         arrays["partitions"] = est.partitions_
     classes = est.classes_
+    if not isinstance(est.random_state, Integral | None):
+        warnings.warn(f"random_state {est.random_state!r} is not an int seed: the saved model records None "
+                      "(a refit of the loaded model draws other bootstraps); pass an int to save a seed",
+                      UserWarning, stacklevel=3)
     meta = {
         "estimator": "FERLClassifier",
         # numpy scalars (``np.True_`` passes the bool check, an ``np.int64`` seed) as plain JSON
         "params": {k: v.item() if isinstance(v, np.generic) else v
                    for k, v in est.get_params().items() if k != "random_state"},
         "random_state": int(est.random_state) if isinstance(est.random_state, Integral) else None,
-        "classes": classes.tolist(),
+        # dates and durations as their integer counts of the dtype's unit (JSON has no date)
+        "classes": (classes.view(np.int64) if classes.dtype.kind in "mM" else classes).tolist(),
         "classes_dtype": classes.dtype.str if classes.dtype != object else "str",
         "feature_names": est.feature_names_,
         "feature_names_in": (
@@ -217,8 +223,12 @@ def _value_problem(est, tree: FuzzyTree, d: int) -> str | None:
 
 
 def _leaf_arrays(model: LeafGaussians) -> dict[str, np.ndarray]:
-    """The leaf Gaussians' saved arrays; covariances as their lower triangles (they are symmetric)."""
+    """The leaf Gaussians' saved arrays; covariances as their lower triangles (they are symmetric),
+    diagonal ones (`ferl.novelty.leaf_fit_diag`) as their variances."""
     arrays = {f"leaf_{k}": getattr(model, k) for k in LeafGaussians.SAVED_FIELDS if k != "cov"}
+    if model.cov.ndim == 2:
+        arrays["leaf_cov_diag"] = model.cov
+        return arrays
     rows, cols = np.tril_indices(model.cov.shape[1])
     arrays["leaf_cov_tril"] = model.cov[:, rows, cols]
     return arrays
@@ -228,17 +238,19 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
     """Rebuild the leaf Gaussians; ValueError for missing arrays or a hand-edited, inconsistent file
     (shapes, finiteness, the tree's leaves, positive scales and width, covariances symmetric
     with the ridge on their variances and no eigenvalue below minus their rounding level)."""
-    names = [f"leaf_{k}" for k in LeafGaussians.SAVED_FIELDS if k != "cov"] + ["leaf_cov_tril"]
+    diagonal = "leaf_cov_diag" in arrays
+    names = [f"leaf_{k}" for k in LeafGaussians.SAVED_FIELDS if k != "cov"] + [
+        "leaf_cov_diag" if diagonal else "leaf_cov_tril"]
     missing = [k for k in names if k not in arrays]
     if missing:
         raise ValueError(f"{path} lacks the leaf Gaussian arrays {missing} (a model saved by an older "
                          f"version); refit and save the model again")
     fields = {k: arrays[f"leaf_{k}"] for k in LeafGaussians.SAVED_FIELDS if k != "cov"}
-    rows, cols = np.tril_indices(d)
+    rows, cols = np.tril_indices(1 if diagonal else d)
     leaves = np.flatnonzero(tree.is_leaf)
     shapes = dict(center=(d,), scale=(d,), leaves=leaves.shape, mean=(leaves.size, d), reliability=(2,),
-                  cov_tril=(leaves.size, rows.size))
-    fields["cov_tril"] = arrays["leaf_cov_tril"]
+                  cov_tril=(leaves.size, d if diagonal else rows.size))
+    fields["cov_tril"] = arrays["leaf_cov_diag" if diagonal else "leaf_cov_tril"]
     for name, shape in shapes.items():
         arr = fields[name]
         if arr.shape != shape or arr.dtype.kind not in "fi" or not np.isfinite(arr).all():
@@ -248,6 +260,12 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
         _corrupted(path, "the leaf Gaussians do not belong to the tree's leaves")
     if (fields["scale"] <= 0).any() or fields["reliability"][1] <= 0:
         _corrupted(path, "a leaf Gaussian scale or reliability width is not positive")
+    if diagonal:  # variances only, each holding the ridge
+        cov = fields.pop("cov_tril")
+        if (cov < RIDGE * (1 - 1e-9)).any():
+            _corrupted(path, "a leaf variance lost its ridge")
+        return LeafGaussians(**{k: np.asarray(v, dtype=np.float64) if k != "leaves" else v
+                                for k, v in fields.items()}, cov=np.asarray(cov, dtype=np.float64))
     cov = np.zeros((leaves.size, d, d))
     cov[:, rows, cols] = fields.pop("cov_tril")
     cov[:, cols, rows] = cov[:, rows, cols]

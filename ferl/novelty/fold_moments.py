@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["fold_moments", "fold_out", "fold_totals", "leaf_weight", "moment_buffers"]
+__all__ = ["diagonal_fold_moments", "fold_moments", "fold_out", "fold_totals", "leaf_weight",
+           "moment_buffers"]
 
 
 @njit(cache=True)
@@ -122,3 +123,35 @@ def moment_buffers(n_folds, d):
     fold o1 (d,) and o2 (d, d)."""
     return (np.empty(1), np.empty(d), np.empty((n_folds, d)), np.empty((n_folds, d, d)), np.empty(d),
             np.empty((d, d)), np.empty(d), np.empty((d, d)))
+
+
+@njit(cache=True)
+def diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, mean, s1, s2):
+    """A node's weighted mean (into ``mean``) on all its rows and, per fold, on rows centred at that
+    mean, the sums of the weights, of ``z`` (``s1``) and of ``z^2`` (``s2``, the diagonal of
+    `fold_moments`' second moments), each (n_folds, d). Returns the fold weights (n_folds,) and the
+    total weight. The diagonal leaf Gaussians' and the free-feature Gaussians' moments."""
+    d = U.shape[1]
+    s0 = np.zeros(n_folds)
+    s1[:] = 0.0
+    s2[:] = 0.0
+    mean[:] = 0.0
+    total = 0.0
+    for q in entries:
+        w = phi0[q] * sw[rows[q]]
+        if w > 0.0:
+            total += w
+            mean += w * U[rows[q]]
+    if total > 0.0:
+        mean /= total
+    for q in entries:
+        r = rows[q]
+        w = phi0[q] * sw[r]
+        if w > 0.0:
+            k = fold[r]
+            s0[k] += w
+            for f in range(d):
+                z = U[r, f] - mean[f]
+                s1[k, f] += w * z
+                s2[k, f] += w * z * z
+    return s0, total

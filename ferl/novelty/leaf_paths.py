@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ferl.novelty.fold_moments import diagonal_fold_moments
 from ferl.novelty.leaf_fit import depth_first
 
 __all__ = ["path_residual", "cross_fitted_path_residual"]
@@ -73,34 +74,12 @@ def _fold_out_gaussians(U, sw, start, count, rows, phi0, fold, n_folds, var_floo
     mean = np.zeros((n_folds, n_nodes, d))
     inv_sd = np.zeros((n_folds, n_nodes, d))
     floor = np.ones((n_folds, d))
-    s0 = np.zeros(n_folds)
     s1 = np.zeros((n_folds, d))
     s2 = np.zeros((n_folds, d))
     center = np.zeros(d)
     for o in range(n_nodes):  # a parent precedes its children: the root comes first
-        s0[:] = 0.0
-        s1[:] = 0.0
-        s2[:] = 0.0
-        center[:] = 0.0
-        total = 0.0
-        for e in range(start[o], start[o] + count[o]):
-            w = phi0[e] * sw[rows[e]]
-            if w > 0.0:
-                total += w
-                for f in range(d):
-                    center[f] += w * U[rows[e], f]
-        if total > 0.0:
-            center /= total
-        for e in range(start[o], start[o] + count[o]):
-            r = rows[e]
-            w = phi0[e] * sw[r]
-            if w > 0.0:
-                k = fold[r]
-                s0[k] += w
-                for f in range(d):
-                    z = U[r, f] - center[f]
-                    s1[k, f] += w * z
-                    s2[k, f] += w * z * z
+        s0, total = diagonal_fold_moments(U, sw, np.arange(start[o], start[o] + count[o]), rows, phi0, fold,
+                                          n_folds, center, s1, s2)
         for k in range(n_folds):
             out = total - s0[k]
             for f in range(d):

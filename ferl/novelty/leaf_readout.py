@@ -55,11 +55,15 @@ def _leaf_totals(U, start, count, rows, phi0, leaves, mean, whiten_t, half_logde
             for f in range(d):
                 V[a, f] = U[i, f] - mean[j, f]
         Wm = V  # below block: whitened row by row into w
-        if k >= block:
+        rowwise = k < block and whiten_t.shape[1] == d
+        if whiten_t.shape[1] < d:  # a diagonal covariance (`ferl.novelty.leaf_fit_diag`)
+            Wm = W_all[:k]
+            Wm[:] = V * whiten_t[j]
+        elif k >= block:
             Wm = W_all[:k]
             np.dot(V, whiten_t[j], Wm)
         for a in range(k):
-            if k < block:
+            if rowwise:
                 for f in range(d):
                     w[f] = 0.0
                 for g in range(d):

@@ -70,23 +70,14 @@ from numba import njit
 from ferl.novelty.blas import one_blas_thread
 from ferl.novelty.free_gaussians import VAR_FLOOR, weighted_moments
 from ferl.novelty.leaf_fit import fit_kernel
+from ferl.novelty.leaf_fit_diag import diagonal_fit_kernel, diagonal_leaves
 from ferl.novelty.leaf_paths import cross_fitted_path_residual
 from ferl.novelty.zca import whitening
 from ferl.tree.firing import Firing
 from ferl.tree.fuzzy_tree import FuzzyTree
 
-__all__ = [
-    "KAPPA",
-    "SUPPORT",
-    "RIDGE",
-    "CROSS_FIT",
-    "RELIABILITY_QUANTILES",
-    "Z_MAX",
-    "LeafGaussians",
-    "fit_leaf_gaussians",
-    "leaf_terms",
-    "standardise",
-]
+__all__ = ["CROSS_FIT", "KAPPA", "RELIABILITY_QUANTILES", "RIDGE", "SUPPORT", "Z_MAX", "LeafGaussians",
+           "fit_leaf_gaussians", "leaf_terms", "standardise"]
 
 #: Shrinkage of a leaf's covariance to the pooled one: pseudo-counts per feature (``KAPPA * d``).
 KAPPA = 0.5
@@ -163,14 +154,15 @@ class LeafGaussians:
         Node index of each leaf, in node order.
     mean : ndarray of shape (L, d), float64
         ``mu_l`` in standardised units.
-    cov : ndarray of shape (L, d, d), float64
-        ``Sigma_l`` in standardised units, ridge included (symmetric positive definite).
+    cov : ndarray of shape (L, d, d), or (L, d) when diagonal, float64
+        ``Sigma_l`` in standardised units, ridge included (symmetric positive definite); its diagonal
+        when the model was fitted on fewer rows than features (`ferl.novelty.leaf_fit_diag`).
     reliability : ndarray of shape (2,), float64
         ``(tau, lambda)`` of the reliability, in the units of the leaf typicality score (nats per
         feature), ``lambda > 0``.
-    whiten_t : ndarray of shape (L, d, d), float64
+    whiten_t : ndarray of shape (L, d, d), or (L, 1, d) when diagonal, float64
         The ZCA-cor whitening matrices, transposed (C-contiguous: the read-out's right operand;
-        derived from ``cov``, not saved).
+        derived from ``cov``, not saved; `ferl.novelty.zca.whitening`).
     half_share : ndarray of shape (L, d), float64 >= 0
         Each feature's share of ``logdet(Sigma_l / RIDGE) / 2`` (derived, not saved).
     """
@@ -221,12 +213,12 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
     """
     leaf_index = np.full(tree.n_nodes, -1, dtype=np.int64)
     leaf_index[tree.is_leaf] = np.arange(int(tree.is_leaf.sum()))
-    return fit_kernel(np.ascontiguousarray(U), np.ascontiguousarray(sw, dtype=np.float64), W.start,
-                       W.count, W.rows, W.phi0, np.asarray(tree.feature, dtype=np.int64),
-                       np.asarray(tree.left, dtype=np.int64), np.asarray(tree.right, dtype=np.int64),
-                       np.asarray(tree.parent, dtype=np.int64), leaf_index,
-                       KAPPA * U.shape[1], SUPPORT * U.shape[1], RIDGE, _folds(sw),
-                       CROSS_FIT)
+    nodes = (np.asarray(a, dtype=np.int64) for a in (tree.feature, tree.left, tree.right, tree.parent))
+    args = (np.ascontiguousarray(U), np.ascontiguousarray(sw, dtype=np.float64), W.start, W.count, W.rows,
+            W.phi0, *nodes, leaf_index, KAPPA * U.shape[1])
+    if diagonal_leaves(sw, U.shape[1]):  # fewer rows than features: variances only, linear in d
+        return diagonal_fit_kernel(*args, RIDGE, _folds(sw), CROSS_FIT)
+    return fit_kernel(*args, SUPPORT * U.shape[1], RIDGE, _folds(sw), CROSS_FIT)
 
 
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -350,7 +342,9 @@ def _leaf_kernel(U, phi0, mean, whiten_t, half_share, half_logdet, block):
         for a in range(k):
             for f in range(d):
                 V[a, f] = U[idx[ptr[j] + a], f] - mean[j, f]
-        if k >= block:
+        if whiten_t.shape[1] < d:  # a diagonal covariance (`ferl.novelty.leaf_fit_diag`)
+            Wm = V * whiten_t[j]
+        elif k >= block:
             Wm = V @ whiten_t[j]
         else:
             Wm = np.zeros((k, d))

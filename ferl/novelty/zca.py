@@ -24,19 +24,24 @@ def whitening(cov: np.ndarray, ridge: float) -> tuple[np.ndarray, np.ndarray]:
 
     Parameters
     ----------
-    cov : ndarray of shape (L, d, d), float64
-        Symmetric positive definite covariances (``V`` their variances, ``R`` their correlations).
+    cov : ndarray of shape (L, d, d) or (L, d), float64
+        Symmetric positive definite covariances (``V`` their variances, ``R`` their correlations), or
+        the variances of diagonal ones (`ferl.novelty.leaf_fit_diag`: ``R = I``).
     ridge : float > 0
         The unit of the log-det: ``logdet(cov / ridge) / 2`` is shared out.
 
     Returns
     -------
-    whiten_t : ndarray of shape (L, d, d), float64
-        ``(R^{-1/2} V^{-1/2})^T``, C-contiguous.
+    whiten_t : ndarray of shape (L, d, d), or (L, 1, d) for diagonal covariances, float64
+        ``(R^{-1/2} V^{-1/2})^T``, C-contiguous; of a diagonal covariance its diagonal ``V^{-1/2}``,
+        which the read-out kernels multiply element-wise (a (L, 1, d) array is diagonal when d > 1).
     half_share : ndarray of shape (L, d), float64 >= 0
         Feature ``f``'s share of ``logdet(cov / ridge) / 2`` (``ferl.novelty.typicality``'s module docstring:
-        in proportion to ``max(log(V_f / ridge), 0)``, the total clipped to ``[0, sum_f t_f]``).
+        in proportion to ``max(log(V_f / ridge), 0)``, the total clipped to ``[0, sum_f t_f]``; all of
+        ``max(log(V_f / ridge), 0) / 2`` for a diagonal covariance, whose ``logdet R`` is 0).
     """
+    if cov.ndim == 2:
+        return (1.0 / np.sqrt(cov))[:, None, :].copy(), 0.5 * np.maximum(np.log(cov / ridge), 0.0)
     v = np.diagonal(cov, axis1=1, axis2=2)
     inv_sd = 1.0 / np.sqrt(v)
     first: dict[bytes, int] = {}

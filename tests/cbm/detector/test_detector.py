@@ -171,3 +171,19 @@ def test_gpu_bf16_channels_last_step():
     conv = next(m for m in det.backbone.modules() if isinstance(m, torch.nn.Conv2d))
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert trainer.callback_metrics["val/loss"].isfinite()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty", "text"])
+def test_a_damaged_checkpoint_is_one_clear_error(tmp_path, damage):
+    # a truncated best.ckpt gave predict a RuntimeError traceback (PytorchStreamReader ...)
+    train, val = _feature_loaders()
+    trainer = _trainer(max_epochs=1)
+    trainer.fit(ConceptDetector(NAMES, input_kind="features", feature_dim=12), train, val)
+    path = tmp_path / "best.ckpt"
+    trainer.save_checkpoint(path)
+    assert ConceptDetector.from_checkpoint(path).concept_names == NAMES
+    data = path.read_bytes()
+    path.write_bytes({"truncated": data[: len(data) // 2], "empty": b"", "text": b"not a checkpoint"}[damage])
+    with pytest.raises(ValueError, match=rf"detector checkpoint {path} cannot be read: it is truncated or "
+                                         r"damaged \(.+\); train the detector again"):
+        ConceptDetector.from_checkpoint(path)

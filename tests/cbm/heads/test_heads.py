@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 import pytest
 import skops.io
@@ -224,3 +227,45 @@ def test_ferl_settings_are_saved_and_checked(tmp_path):
     assert loaded.model_.evidence_weights == "learned" and loaded.model_.evidence_weights_ is not None
     with pytest.raises(ValueError, match="settings must be one of"):
         make_head("ferl-deep", settings="tabular")
+
+
+def _edit_head_json(folder, edit) -> None:
+    """Change a saved head's head.json and its record in current.json (as a careful hand edit)."""
+    version = current_folder(folder)
+    doc = json.loads((version / "head.json").read_text())
+    edit(doc)
+    data = json.dumps(doc).encode()
+    (version / "head.json").write_bytes(data)
+    pointer = json.loads((folder / "current.json").read_text())
+    pointer["files"]["head.json"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    (folder / "current.json").write_text(json.dumps(pointer))
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("value", None, r"value must be a finite number, got None"),
+    ("value", float("nan"), r"value must be a finite number, got nan"),
+    ("value", "3.5", r"value must be a finite number, got '3.5'"),
+    ("value", True, r"value must be a finite number, got True"),
+    ("kind", "psychic", r"kind must be one of \["),
+    ("accept", 1.5, r"accept must be in \(0, 1\], got 1.5"),
+    (None, [1, 2], r"must be an object"),
+])
+def test_a_bad_novelty_threshold_is_refused_when_the_head_loads(tmp_path, field, value, message):
+    # a null value gave predict a TypeError traceback, a NaN one flagged nothing
+    X, y = _world(0, n=80)
+    head = make_head("ferl-compact").fit(X, y, NAMES)
+    head.fit_ood_threshold(X)
+    head.save(tmp_path / "h")
+    assert load_head(tmp_path / "h").ood_threshold_ == head.ood_threshold_
+
+    def edit(doc):
+        if field is None:
+            doc["ood_threshold"] = value
+        else:
+            doc["ood_threshold"][field] = value
+
+    _edit_head_json(tmp_path / "h", edit)
+    with pytest.raises(ValueError, match=rf"head.json: ood_threshold.*{message}.*fit-head"):
+        load_head(tmp_path / "h")
+    _edit_head_json(tmp_path / "h", lambda doc: doc.update(ood_threshold=None))  # an older head: none
+    assert load_head(tmp_path / "h").ood_threshold_ is None

@@ -16,6 +16,7 @@ from cbm.heads import load_head
 from cbm.heads.fit import fit_head
 from cbm.interventions import InterventionSettings, evaluate_interventions, load_concepts, open_head
 from cbm.interventions.cli import evaluate_interventions_main
+from cbm.interventions.report import _shown_ks
 
 DATA = {"dataset": "synthetic", "dataset_kwargs": {"n_per_class": 12, "n_classes": 6, "n_heldout": 2},
         "image_size": 32}
@@ -137,3 +138,67 @@ def test_an_open_world_folder_counts_each_fold_as_a_run(tiny_run, tmp_path):
 def test_one_run_given_as_a_path_is_one_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing is not a folder"):
         evaluate_interventions(str(tmp_path / "missing"))  # was read character by character: "t is not"
+
+
+def test_the_report_shows_a_spread_of_k_on_many_groups():
+    # CUB-50 (28 groups) crashed after 8 minutes of curves: a list indexed with a numpy array
+    assert _shown_ks(list(range(29))) == [0, 1, 2, 3, 4, 10, 16, 22, 28]
+    assert _shown_ks([0, 5, 9]) == [0, 5, 9]
+
+
+def test_the_curves_are_written_before_the_report(tiny_run, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run, ignore=shutil.ignore_patterns("interventions"))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("report failed")
+
+    monkeypatch.setattr("cbm.interventions.protocol.curves_figure", broken)  # drawn first, before
+    monkeypatch.setattr("cbm.interventions.protocol.curves_markdown", broken)
+    settings = InterventionSettings(heads=("lr",), fits=("independent",), splits=("test",), max_rows=10)
+    with pytest.raises(RuntimeError, match="report failed"):
+        evaluate_interventions([run], settings)
+    frame = pd.read_csv(run / "interventions" / "curves.csv")  # the computation is kept
+    assert frame["k"].max() == 7 and set(frame["head"]) == {"lr"}
+    assert (run / "interventions" / "true_concepts.csv").is_file()
+    assert not (run / "interventions" / "interventions.md").exists()
+    assert not (run / "interventions" / "interventions.png").exists()
+
+
+def _variant(tiny_run, folder, change):
+    """A copy of the tiny run whose concept tables have ``change(fields)`` applied."""
+    shutil.copytree(tiny_run, folder, ignore=shutil.ignore_patterns("interventions"))
+    for path in (folder / "concepts").glob("*.npz"):
+        t = load_concept_table(path)
+        fields = {"probs": t.probs, "concept_labels": t.concept_labels, "y": t.y,
+                  "concept_names": list(t.concept_names), "class_names": list(t.class_names),
+                  "sample_ids": t.sample_ids, "split": t.split, "concept_groups": list(t.concept_groups)}
+        change(fields)
+        save_concept_table(path, **fields)
+    return folder
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda f: f["class_names"].__setitem__(0, "zebra"), r"classes \(only in the first: \['class_00'\], "
+                                                         r"only in the second: \['zebra'\]\)"),
+    (lambda f: f["concept_groups"].__setitem__(0, "form"),
+     r"concept groups \(only in the first: \[\"shape: .*\"form: .*\]\)"),
+    (lambda f: f["class_names"].reverse(), r"classes \(the same ones in another order\)"),
+])
+def test_runs_that_do_not_match_are_not_averaged(tiny_run, tmp_path, change, message):
+    # runs of other classes or groups were averaged into "100.0 ± 0.0"
+    other = _variant(tiny_run, tmp_path / "other", change)
+    settings = InterventionSettings(heads=("lr",), fits=("independent",), splits=("test",), max_rows=10)
+    expected = rf"runs 'run' and 'other' have other {message}: .*cannot be averaged"
+    with pytest.raises(ValueError, match=expected):
+        evaluate_interventions([tiny_run, other], settings, tmp_path / "both")
+    assert not (other / "interventions").exists()  # refused before anything was computed
+
+
+def test_splits_without_test_and_an_out_that_is_a_file_are_named(tiny_run, tmp_path):
+    # --splits novel said "the test split has no rows of training classes"; --out FILE "File exists"
+    with pytest.raises(ValueError, match=r"splits must include 'test' .*got \['novel'\]"):
+        InterventionSettings(splits=("novel",))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="--out .*file is a file, not a folder"):
+        evaluate_interventions([tiny_run], InterventionSettings(heads=("lr",)), tmp_path / "file")

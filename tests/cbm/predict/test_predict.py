@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from PIL import Image
 
 from cbm.concepts.calibration import crossfit_calibrate
@@ -186,3 +187,19 @@ def test_a_missing_image_folder_fails_before_the_run_is_loaded(tmp_path):
     # the run does not exist either: the folder is checked first (it took 26 s of loading before)
     with pytest.raises(FileNotFoundError, match="image folder .*nowhere does not exist"):
         run_predict(str(tmp_path / "no-run"), folder=str(tmp_path / "nowhere"))
+
+
+def test_the_transform_comes_from_the_checkpoint_not_the_editable_config(example, run, tmp_path, caplog):
+    # editing config.yaml's image_size changed every prediction silently
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    trained = config["data"]["image_size"]
+    config["data"]["image_size"] = 2 * trained
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    with caplog.at_level(logging.WARNING):
+        pipe = Pipeline.from_run(copy, device="cpu")
+    assert f"gives image_size {2 * trained}, the detector was trained with {trained}" in caplog.text
+    images = sorted((example / "new_images").glob("*.png"))[:3]
+    expected = Pipeline.from_run(run, device="cpu").concept_probs(images)[0]
+    np.testing.assert_array_equal(pipe.concept_probs(images)[0], expected)
