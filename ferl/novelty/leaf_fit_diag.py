@@ -9,8 +9,8 @@ There every leaf keeps the same shrunk *variances* as the full model (its own, s
 within-leaf variances with ``a_l = n_l / (n_l + KAPPA d)``, plus ``RIDGE``) and no correlations:
 ``Sigma_l`` is diagonal, its ZCA-cor whitening ``V^{-1/2}``, its log-det shared out exactly as
 ``t_lf / 2`` (``log R = 0``). Fit, model and read-out are then linear in ``d`` at fixed ``n``
-(``python scripts/bench_wide.py``, docs/results/speed.md). The rule (`diagonal_leaves`) depends on the data's shape only,
-so every fit with at least as many rows as features is unchanged, bit for bit.
+(``python scripts/bench_wide.py``, docs/results/speed.md). The rule (`diagonal_leaves`) depends on
+the data's shape only, so every fit with at least as many rows as features is unchanged, bit for bit.
 
 `diagonal_fit_kernel` returns what `ferl.novelty.leaf_fit.fit_kernel` returns, with covariances as
 their diagonals (L, d), and the cross-fitted NLLs in the same order (leaves depth first, a leaf's
