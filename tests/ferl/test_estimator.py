@@ -1,6 +1,7 @@
 """FERLClassifier: scikit-learn contract, determinism, persistence, bad input."""
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -340,13 +341,24 @@ def test_load_rejects_an_unreadable_npz_with_matching_checksum(tmp_path, wine):
         FERLClassifier.load(folder)
 
 
-def test_failed_save_leaves_the_previous_model_intact(tmp_path, wine):
+def test_failed_save_leaves_the_previous_model_intact(tmp_path, wine, monkeypatch):
     X, y = wine
     old = FERLClassifier(random_state=0).fit(X, y)
     old.save(tmp_path)
-    dates = np.where(y == 0, np.datetime64("2020-01-01"), np.datetime64("2021-01-01"))
-    with pytest.raises(ValueError, match="cannot be saved as JSON"):
-        FERLClassifier(random_state=0).fit(X, dates).save(tmp_path)
+    unsaveable = FERLClassifier(random_state=0, max_depth=4).fit(X, y).set_params(max_depth=np.array([4]))
+    with pytest.raises(ValueError, match="cannot be saved as JSON"):  # serialised before any write
+        unsaveable.save(tmp_path)
+    real = persist.atomic_write_bytes
+
+    def full_disk(path, data):  # the disk fills up after the arrays were written
+        if Path(path).name == "model.json":
+            raise OSError(28, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(persist, "atomic_write_bytes", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        FERLClassifier(random_state=1).fit(X, 2 - y).save(tmp_path)
+    monkeypatch.undo()
     np.testing.assert_array_equal(FERLClassifier.load(tmp_path).predict(X), old.predict(X))
 
 
