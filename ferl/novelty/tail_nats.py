@@ -28,7 +28,8 @@ def tail_nats(reference: np.ndarray, scores: np.ndarray) -> np.ndarray:
         (``lambda = ref[-1] - median(ref)``; 1 when that is 0).
     """
     m = reference.size  # the median in halves: two scores above half the float maximum overflow
-    lam = float(reference[-1] - (reference[(m - 1) // 2] / 2 + reference[m // 2] / 2)) or 1.0
+    lam = float(reference[-1] - (reference[(m - 1) // 2] / 2 + reference[m // 2] / 2))
+    lam = lam if lam > 0 else 1.0  # halving a subnormal reference rounds: -5e-324 gave lambda < 0, -inf
     return _tail(np.ascontiguousarray(reference, dtype=np.float64),
                  np.ascontiguousarray(scores, dtype=np.float64), lam)
 

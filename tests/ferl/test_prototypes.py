@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ferl import FERLClassifier
@@ -87,6 +87,7 @@ def test_tail_nats_counts_the_reference_scores_at_or_above():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=30),
        st.lists(st.floats(-1e300, 1e300), min_size=1, max_size=30))
+@example(ref=[-5e-324], scores=[0.0])  # a subnormal reference: lambda came out negative, nats -inf
 def test_tail_nats_is_finite_non_negative_and_non_decreasing(ref, scores):
     ref, scores = np.sort(np.array(ref)), np.sort(np.array(scores))
     nats = tail_nats(ref, scores)
