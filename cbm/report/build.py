@@ -3,17 +3,23 @@
 :func:`build_report` reads a run written by ``train-detector`` + ``fit-head`` (and, optionally,
 an ``evaluate-openworld`` output folder) and writes, atomically::
 
-    <run>/report.md              concept accuracy, heads (raw vs calibrated), curves, open world,
-                                 concept interventions (from ``interventions/``, when run),
-                                 three example explanations, the FERL rules and tree
-    <run>/plots/{concept_accuracy,heads,tree}.png
+    <run>/report.md              a summary first (cbm.report.summary: the table and its reading),
+                                 then concept accuracy, heads (raw vs calibrated), curves, open world
+                                 (cbm.report.openworld), concept interventions (from
+                                 ``interventions/``, when run), three example explanations (top
+                                 classes and rules, cbm.report.explanation), the FERL rules of
+                                 largest support and the tree; an appendix with FERL's other novelty
+                                 scores and the commands and timings of the run
+    <run>/plots/{concept_accuracy,heads,tree,openworld_roc}.png
     <run>/plots/{training_curves,risk_coverage,reliability,confusion}.png   (cbm.report.curves)
     <run>/examples/<kind>.png    the example's input image (enlarged)
     <run>/examples/<kind>_evidence.png   image, belief / plausibility / ignorance, attributes
 
-Tables come from :mod:`cbm.heads.tables` (heads, paper Table 4 layout) and the open-world
-report of :mod:`cbm.openworld.report` (embedded); examples are chosen by
-:func:`cbm.report.run.choose_and_explain`. Command line::
+Tables come from :mod:`cbm.heads.tables` (heads, paper Table 4 layout) and
+:mod:`cbm.openworld.report` (Table 5 layout); examples are chosen by
+:func:`cbm.report.examples.choose_and_explain`. The report stays under 400 lines whatever the
+number of classes: examples list `TOP` classes and rules, the rules section `RULES_SHOWN` rules.
+Command line::
 
     python -m cbm.report runs/<name> [--head ferl-deep] [--inputs calibrated] [--openworld DIR]
 """
