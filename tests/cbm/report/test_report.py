@@ -60,7 +60,8 @@ def test_tiny_demo_report_has_every_section(tiny):
     hits = re.search(r"anomalous attributes, (\d+) (is|are) among these", text)
     assert hits and (hits[2] == "is") == (hits[1] == "1")  # "1 is", "0 are", "2 are"
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert "| FERL-deep (independent) | evidence (ours) |" in text  # the interventions table
+    # the interventions table: one row per head and fit, its best policy at k = 3, the gain columns
+    assert "| FERL-deep (independent) | `" in text and "| gain (pts) | k for 95 % of the gain |" in text
     assert {"plots/concept_accuracy.png", "plots/heads.png", "plots/tree.png", "plots/openworld_roc.png",
             "interventions/interventions.png",
             "examples/confident.png", "examples/novel_evidence.png"} <= set(links)
