@@ -70,6 +70,9 @@ EXAMPLE_TITLES = {
 #: Classes and fired rules listed per example; rules listed in the rules section.
 TOP = 5
 RULES_SHOWN = 12
+#: A tree of more rules is drawn down to `TREE_DEPTH` only (the figure stays readable).
+TREE_RULES = 40
+TREE_DEPTH = 4
 
 
 def demote_headings(markdown: str, levels: int = 1) -> str:
@@ -227,12 +230,16 @@ def build_report(
               "rules that fired most.", ""]
     for kind in EXAMPLE_KINDS:
         lines += _example_section(kind, examples[kind], head, written)
-    written["plots/tree.png"] = figure_png(tree_figure(model.model_), dpi=90)
+    depth = None if model.model_.n_rules_ <= TREE_RULES else TREE_DEPTH
+    written["plots/tree.png"] = figure_png(tree_figure(model.model_, max_depth=depth), dpi=90)
     shown = sorted(model.model_.rules_, key=lambda r: -r.support)[:RULES_SHOWN]
     lines += [f"## Rules of {label} ({inputs} inputs)", "",
               f"{model.model_.n_rules_} rules over {model.size()['concepts_used']} concepts; the "
               f"{len(shown)} of largest support below, every rule in [{rules}]({rules}).", "",
-              "![FERL tree](plots/tree.png)", "", format_rules(shown, 2, "markdown"), ""]
+              "![FERL tree](plots/tree.png)", "",
+              *([f"The figure shows the tree's top {TREE_DEPTH} levels; grey boxes count the rules below.",
+                 ""] if depth else []),
+              format_rules(shown, 2, "markdown"), ""]
     lines += ["## Appendix", "", *appendix, "### How this run was made", ""]
     if commands:
         lines += ["```", *commands, "```", ""]

@@ -237,6 +237,12 @@ def test_figures_draw_the_run_values(tiny):
     clf = run.head("ferl-deep").model_
     leaves = [t for t in tree_figure(clf).axes[0].texts if t.get_text().startswith("rule ")]
     assert len(leaves) == clf.n_rules_
+    # drawn to depth 2: every rule is a leaf box there or counted in a grey box (issue 35)
+    texts = [t.get_text() for t in tree_figure(clf, max_depth=2).axes[0].texts]
+    counted = sum(int(t.split()[0]) for t in texts if t.endswith("rules\nbelow"))
+    assert counted + sum(t.startswith("rule ") for t in texts) == clf.n_rules_ and counted > 0
+    with pytest.raises(ValueError, match="max_depth"):
+        tree_figure(clf, max_depth=0)
 
 
 def test_report_and_openworld_report_show_the_curves(tiny):
