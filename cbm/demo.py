@@ -296,7 +296,8 @@ def run_demo(out: str | os.PathLike = "runs/demo", profile: DemoProfile = DEMO, 
 
 def headline(run_dir: str | os.PathLike, head: str = "ferl-deep") -> list[str]:
     """The run's headline numbers as text lines: test concept accuracy, the head's test accuracy on
-    raw and calibrated concepts, and each open-world score's AUROC (mean over the folds run)."""
+    raw and calibrated concepts, and the open-world AUROC (mean over the folds run) of the head's
+    novelty score (the kind its threshold uses) and of the best baseline."""
     run_dir = Path(run_dir)
     lines = []
     det = json.loads((run_dir / "detector" / "metrics.json").read_text())["splits"]
@@ -309,7 +310,17 @@ def headline(run_dir: str | os.PathLike, head: str = "ferl-deep") -> list[str]:
     per_fold = run_dir / "openworld" / "per_fold.csv"
     if per_fold.is_file():
         frame = pd.read_csv(per_fold)
-        auroc = frame.groupby("label", sort=False)["auroc"].mean()
+        auroc = frame.groupby(["detector", "label"], sort=False)["auroc"].mean().reset_index()
+        from cbm.report.summary import novelty_kind  # imported on use, as in run_demo
+
+        kind = novelty_kind(run_dir, head)
+        mine = auroc[auroc["detector"] == f"{head}:{kind}"]
+        if mine.empty:
+            mine = auroc[auroc["detector"].str.startswith(f"{head}:")]
+        base = auroc[~auroc["detector"].str.startswith("ferl")]
+        base = base.sort_values("auroc", ascending=False, kind="stable")
+        shown = [*mine.head(1).itertuples(), *base.head(1).itertuples()]
         lines.append("open-world AUROC (held-out classes): "
-                     + ", ".join(f"{label} {100 * v:.1f}" for label, v in auroc.items()))
+                     + ", ".join(f"{r.label} {100 * r.auroc:.1f}" for r in shown)
+                     + (" (best baseline)" if len(base) else ""))
     return lines

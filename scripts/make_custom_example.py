@@ -1,10 +1,18 @@
 """Write the tiny bring-your-own-data example of ``datasets/custom/README.md``.
 
-Three classes of coloured shapes (``red_circle``, ``blue_circle``, ``red_square``) with 8 images
-each in ``images/<class>/``, a per-class ``concepts.csv`` with two concept groups (``colour::red``,
-``colour::blue``, ``shape::circle``, ``shape::square``), and 6 images of a class never trained on
-(``blue_square``: a new combination of known concepts) in ``new_images/`` for ``predict``: 30 PNG
-files of 32 x 32 pixels, drawn with PIL from a seed.
+Five classes of coloured shapes with 8 images each in ``images/<class>/`` and a per-class
+``concepts.csv`` with three concept groups (``colour::red|blue``, ``shape::circle|square``,
+``count::one|two``): ``red_circle``, ``blue_circle``, ``red_square`` (one object each),
+``red_circles`` and ``blue_squares`` (two objects each); and 6 images of a class never trained on,
+``blue_square`` (one blue square), in ``new_images/`` for ``predict``: 46 PNG files of 32 x 32
+pixels, drawn with PIL from a seed.
+
+``blue_square`` is a new combination of known concepts, and each pair of its concepts was seen
+together in training (blue squares in pairs, single blue circles, single red squares): a detector
+trained on per-class concepts only learns a concept apart from the others it co-occurs with where
+the training classes vary them independently. With only ``red_circle``, ``blue_circle`` and
+``red_square`` (the example before issue 35), a small detector read every blue square as a circle
+("blue" had only ever come with "circle"), and no head can flag what the concepts do not show.
 
 Examples
 --------
@@ -19,22 +27,38 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-CONCEPTS = ["colour::red", "colour::blue", "shape::circle", "shape::square"]
-CLASSES = {"red_circle": (1, 0, 1, 0), "blue_circle": (0, 1, 1, 0), "red_square": (1, 0, 0, 1)}
-NEW_CLASS = ("blue_square", (0, 1, 0, 1))
+CONCEPTS = ["colour::red", "colour::blue", "shape::circle", "shape::square", "count::one", "count::two"]
+CLASSES = {"red_circle": (1, 0, 1, 0, 1, 0), "blue_circle": (0, 1, 1, 0, 1, 0),
+           "red_square": (1, 0, 0, 1, 1, 0), "red_circles": (1, 0, 1, 0, 0, 1),
+           "blue_squares": (0, 1, 0, 1, 0, 1)}
+NEW_CLASS = ("blue_square", (0, 1, 0, 1, 1, 0))
 
 
 def draw(values: tuple[int, ...], rng: np.random.Generator, size: int = 32) -> Image.Image:
-    """One image: a red or blue circle or square, jittered in position, size and shade, on noise."""
+    """One image: one or two red or blue circles or squares (jittered position, size, shade) on noise.
+
+    Parameters
+    ----------
+    values : tuple of 6 int
+        0/1 per concept of `CONCEPTS`.
+    rng : numpy Generator
+    size : int
+        Image side in pixels.
+    """
     background = rng.integers(150, 230, size=(size, size, 3), dtype=np.uint8)
     img = Image.fromarray(background)
     shade = int(rng.integers(150, 256))
     colour = (shade, 30, 30) if values[0] else (30, 30, shade)
-    r = rng.uniform(0.22, 0.34) * size
-    cx, cy = rng.uniform(r + 1, size - r - 1, size=2)
-    box = [cx - r, cy - r, cx + r, cy + r]
     pen = ImageDraw.Draw(img)
-    (pen.ellipse if values[2] else pen.rectangle)(box, fill=colour)
+    if values[4]:  # one object
+        r = rng.uniform(0.22, 0.30) * size
+        centres = [rng.uniform(r + 1, size - r - 1, size=2)]
+    else:  # two objects side by side
+        r = rng.uniform(0.13, 0.18) * size
+        cy = rng.uniform(r + 1, size - r - 1)
+        centres = [(rng.uniform(r + 1, size / 2 - r), cy), (rng.uniform(size / 2 + r, size - r - 1), cy)]
+    for cx, cy in centres:
+        (pen.ellipse if values[2] else pen.rectangle)([cx - r, cy - r, cx + r, cy + r], fill=colour)
     return img
 
 

@@ -3,17 +3,23 @@
 :func:`build_report` reads a run written by ``train-detector`` + ``fit-head`` (and, optionally,
 an ``evaluate-openworld`` output folder) and writes, atomically::
 
-    <run>/report.md              concept accuracy, heads (raw vs calibrated), curves, open world,
-                                 concept interventions (from ``interventions/``, when run),
-                                 three example explanations, the FERL rules and tree
-    <run>/plots/{concept_accuracy,heads,tree}.png
+    <run>/report.md              a summary first (cbm.report.summary: the table and its reading),
+                                 then concept accuracy, heads (raw vs calibrated), curves, open world
+                                 (cbm.report.openworld), concept interventions (from
+                                 ``interventions/``, when run), three example explanations (top
+                                 classes and rules, cbm.report.explanation), the FERL rules of
+                                 largest support and the tree; an appendix with FERL's other novelty
+                                 scores and the commands and timings of the run
+    <run>/plots/{concept_accuracy,heads,tree,openworld_roc}.png
     <run>/plots/{training_curves,risk_coverage,reliability,confusion}.png   (cbm.report.curves)
     <run>/examples/<kind>.png    the example's input image (enlarged)
     <run>/examples/<kind>_evidence.png   image, belief / plausibility / ignorance, attributes
 
-Tables come from :mod:`cbm.heads.tables` (heads, paper Table 4 layout) and the open-world
-report of :mod:`cbm.openworld.report` (embedded); examples are chosen by
-:func:`cbm.report.run.choose_and_explain`. Command line::
+Tables come from :mod:`cbm.heads.tables` (heads, paper Table 4 layout) and
+:mod:`cbm.openworld.report` (Table 5 layout); examples are chosen by
+:func:`cbm.report.examples.choose_and_explain`. The report stays under 400 lines whatever the
+number of classes: examples list `TOP` classes and rules, the rules section `RULES_SHOWN` rules.
+Command line::
 
     python -m cbm.report runs/<name> [--head ferl-deep] [--inputs calibrated] [--openworld DIR]
 """
@@ -34,7 +40,9 @@ from cbm.heads.tables import HEAD_LABELS, discount_sentence, heads_markdown
 from cbm.jobs import console_main, phase
 from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
+from cbm.report.explanation import short_markdown
 from cbm.report.interventions import interventions_section
+from cbm.report.openworld import openworld_sections
 from cbm.report.plots import (
     concept_accuracy_figure,
     evidence_figure,
@@ -44,8 +52,10 @@ from cbm.report.plots import (
     tree_figure,
 )
 from cbm.report.run import RunView, load_run
+from cbm.report.summary import novelty_kind, summary_numbers, summary_section
 from cbm.runtime import add_threads_argument, set_threads
 from ferl.io.persist import StepWriter, atomic_write_bytes, current_folder
+from ferl.rules import format_rules
 
 __all__ = ["build_report", "demote_headings", "report_main", "report_parser"]
 
@@ -55,6 +65,14 @@ EXAMPLE_TITLES = {
     "two-class": "A two-class credal set",
     "novel": "A held-out-class image (an abstention where there is one) and its anomalous attributes",
 }
+
+
+#: Classes and fired rules listed per example; rules listed in the rules section.
+TOP = 5
+RULES_SHOWN = 12
+#: A tree of more rules is drawn down to `TREE_DEPTH` only (the figure stays readable).
+TREE_RULES = 40
+TREE_DEPTH = 4
 
 
 def demote_headings(markdown: str, levels: int = 1) -> str:
@@ -98,23 +116,6 @@ def _heads_section(run: RunView) -> list[str]:
             "![heads](plots/heads.png)", ""]
 
 
-def _openworld_section(run_dir: Path, openworld: Path | None) -> list[str]:
-    report = openworld / "report.md" if openworld is not None else None
-    if report is None or not report.is_file():
-        return ["## Open-world evaluation", "", "Not run for this report (`evaluate-openworld`).", ""]
-    rel = Path(os.path.relpath(openworld, run_dir)).as_posix()
-    text = demote_headings(report.read_text())
-    text = re.sub(r"(!\[[^\]]*\]\()(?!https?://|/)", rf"\g<1>{rel}/", text)  # its figures, from here
-    lines = ["", f"From `{rel}/` (its own report: [{rel}/report.md]({rel}/report.md); the file names below "
-             f"are inside `{rel}/`).", "", *text.split("\n")[1:]]
-    if (openworld / "roc.png").is_file():
-        lines += ["", f"![ROC curves of the open-world run]({rel}/roc.png)", ""]
-    if (openworld / "examples.md").is_file():
-        lines += [f"Held-out-class examples of the open-world run: [{rel}/examples.md]({rel}/examples.md).",
-                  ""]
-    return [text.split("\n", 1)[0], *lines]
-
-
 def _example_section(kind: str, ex: Example | None, main_head: str, written: dict[str, bytes]) -> list[str]:
     lines = [f"### {EXAMPLE_TITLES[kind]}", ""]
     if ex is None:
@@ -135,8 +136,9 @@ def _example_section(kind: str, ex: Example | None, main_head: str, written: dic
         lines += [f"![{ex.sample_id}](examples/{kind}.png)", ""]
     written[f"examples/{kind}_evidence.png"] = figure_png(
         evidence_figure(ex.explanation, ex.image, f"{ex.sample_id} (true class {ex.true_class})", ex.truth))
+    truth = ex.true_class if ex.true_class in [str(c) for c in ex.explanation.classes] else None
     lines += [f"![evidence of {ex.sample_id}](examples/{kind}_evidence.png)", "",
-              ex.explanation.to_markdown(), ""]
+              short_markdown(ex.explanation, TOP, truth), ""]
     if ex.discounted is not None:
         d = ex.discounted
         sentence = discount_sentence(d.reliability, d.ignorance, d.abstain, d.credal_set)
@@ -203,34 +205,49 @@ def build_report(
     rules = current_folder(run_dir / "head" / head / inputs).relative_to(run_dir).as_posix() + "/rules.md"
     examples = choose_and_explain(run, head, inputs)
     written: dict[str, bytes] = {}
+    ow = None if openworld is None else Path(openworld)
+    label = HEAD_LABELS.get(head, head)
+    numbers = summary_numbers(run, head, inputs, ow)
     lines = [f"# {title or f'Run report: {run_dir.name}'}", "",
-             f"Run directory `{run_dir}`. Examples, rules and tree: {HEAD_LABELS.get(head, head)} on "
-             f"{inputs} concept probabilities.", ""]
-    if commands:
-        lines += ["Produced by:", "", "```", *commands, "```", ""]
-    if timings:
-        lines += ["Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
-                  + f" (total {sum(timings.values()):.0f} s).", ""]
+             f"Run directory `{run_dir}`; every head reads {inputs} concept probabilities; examples, rules "
+             f"and tree: {label}. How the run was made: [the appendix](#how-this-run-was-made).", "",
+             *summary_section(numbers, head)]
     written["plots/concept_accuracy.png"] = figure_png(concept_accuracy_figure(run.tables))
     lines += _detector_section(run)
     if "fit_head" in run.metrics:
         written["plots/heads.png"] = figure_png(heads_figure(run.metrics["fit_head"]))
     lines += _heads_section(run)
     lines += curves_section(run, model, head, inputs, written)
-    lines += _openworld_section(run_dir, None if openworld is None else Path(openworld))
+    kind = novelty_kind(run_dir, head, inputs)
+    openworld_lines, appendix = openworld_sections(run_dir, ow, head, kind, written)
+    lines += openworld_lines
     lines += interventions_section(run_dir)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
               "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "
               "plausibility reaches the largest belief (interval dominance); an abstention is a set of every "
-              "class.", ""]
+              f"class. Each table lists the {TOP} most probable classes (and the true one) and the {TOP} "
+              "rules that fired most.", ""]
     for kind in EXAMPLE_KINDS:
         lines += _example_section(kind, examples[kind], head, written)
-    written["plots/tree.png"] = figure_png(tree_figure(model.model_), dpi=90)
-    lines += [f"## Rules of {HEAD_LABELS.get(head, head)} ({inputs} inputs)", "",
-              f"{model.model_.n_rules_} rules over {model.size()['concepts_used']} concepts "
-              f"(also in [{rules}]({rules})).", "",
-              "![FERL tree](plots/tree.png)", "", model.model_.export_text(style="markdown"), ""]
+    depth = None if model.model_.n_rules_ <= TREE_RULES else TREE_DEPTH
+    written["plots/tree.png"] = figure_png(tree_figure(model.model_, max_depth=depth), dpi=90)
+    shown = sorted(model.model_.rules_, key=lambda r: -r.support)[:RULES_SHOWN]
+    lines += [f"## Rules of {label} ({inputs} inputs)", "",
+              f"{model.model_.n_rules_} rules over {model.size()['concepts_used']} concepts; the "
+              f"{len(shown)} of largest support below, every rule in [{rules}]({rules}).", "",
+              "![FERL tree](plots/tree.png)", "",
+              *([f"The figure shows the tree's top {TREE_DEPTH} levels; grey boxes count the rules below.",
+                 ""] if depth else []),
+              format_rules(shown, 2, "markdown"), ""]
+    lines += ["## Appendix", "", *appendix, "### How this run was made", ""]
+    if commands:
+        lines += ["```", *commands, "```", ""]
+    if timings:
+        lines += ["Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
+                  + f" (total {sum(timings.values()):.0f} s).", ""]
+    lines += ["Rebuild this report from the finished run: `python -m cbm.report "
+              f"{run_dir}{'' if ow is None else f' --openworld {ow}'}`.", ""]
     with StepWriter(run_dir) as step:  # the figures and report.md are replaced together
         for rel, data in written.items():
             atomic_write_bytes(step.path(run_dir / rel), data)

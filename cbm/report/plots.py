@@ -123,8 +123,12 @@ def evidence_figure(explanation: Explanation, image: np.ndarray | None = None, t
     return fig
 
 
-def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0) -> Figure:
+def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0,
+                max_depth: int | None = None) -> Figure:
     """The fitted FERL tree drawn as boxes and edges.
+
+    ``max_depth`` draws only the nodes down to that depth; an internal node there becomes a grey box
+    counting the rules below it (a 200-rule tree drawn whole has unreadable 6-point labels).
 
     Internal nodes show their left-branch condition merged with the path's other conditions on the
     same concept (`ferl.rules.path_conditions`: ``concept ≤ θ ± h``, ``concept is between ...``,
@@ -136,7 +140,11 @@ def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0)
     ------
     sklearn.exceptions.NotFittedError
         The model is not fitted.
+    ValueError
+        ``max_depth`` is below 1.
     """
+    if max_depth is not None and max_depth < 1:
+        raise ValueError(f"max_depth must be at least 1, got {max_depth!r}")
     rules = {r.node: r for r in model.rules_}
     tree = model.tree_
     names = model.feature_names_
@@ -144,8 +152,11 @@ def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0)
     x: dict[int, float] = {}
     placed = [0]  # leaves placed so far, left to right
 
+    def cut(node: int) -> bool:
+        return max_depth is not None and tree.feature[node] >= 0 and tree.depth[node] >= max_depth
+
     def place(node: int) -> float:
-        if tree.feature[node] < 0:
+        if tree.feature[node] < 0 or cut(node):
             x[node] = float(placed[0])
             placed[0] += 1
         else:
@@ -153,8 +164,9 @@ def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0)
         return x[node]
 
     place(0)
-    depth = int(np.max(tree.depth))
-    fig = Figure(figsize=(min(max_width, max(6.0, 1.25 * len(leaves))), 1.5 * (depth + 1)))
+    depth = int(max(tree.depth[node] for node in x))
+    shown = placed[0]
+    fig = Figure(figsize=(min(max_width, max(6.0, 1.25 * shown)), 1.5 * (depth + 1)))
     ax = fig.subplots()
     for node in x:
         if node:
@@ -163,7 +175,10 @@ def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0)
             side = "yes" if tree.left[p] == node else "no"
             ax.text((x[p] + x[node]) / 2, -(tree.depth[p] + tree.depth[node]) / 2, side, fontsize=6,
                     color="#636363", ha="center", va="center", zorder=2)
-        if tree.feature[node] >= 0:
+        if cut(node):
+            below = sum(1 for leaf in leaves if _under(tree, leaf, node))
+            label, box = f"{below} rules\nbelow", {"boxstyle": "round", "fc": "#f0f0f0", "ec": "#969696"}
+        elif tree.feature[node] >= 0:
             conds = path_conditions(tree, int(tree.left[node]), names, digits)
             label = next(c.text for c in conds if c.feature == tree.feature[node]).replace(" ", "\n", 1)
             box = {"boxstyle": "round", "fc": "#deebf7", "ec": "#6baed6"}
@@ -172,11 +187,22 @@ def tree_figure(model: FERLClassifier, digits: int = 2, max_width: float = 60.0)
             label = f"rule {r.rule_id}\n{r.prediction}\n({max(r.distribution.values()):.2f})"
             box = {"boxstyle": "round", "fc": "#fee6ce", "ec": "#fd8d3c"}
         ax.text(x[node], -tree.depth[node], label, fontsize=6, ha="center", va="center", bbox=box, zorder=3)
-    ax.set_xlim(-0.8, len(leaves) - 0.2)
+    ax.set_xlim(-0.8, shown - 0.2)
     ax.set_ylim(-depth - 0.6, 0.6)
     ax.set_axis_off()
-    ax.set_title(f"FERL tree: {len(leaves)} rules, depth {depth} (left branch = condition holds)", fontsize=9)
+    full = int(np.max(tree.depth))
+    what = f"depth {full}" if depth == full else f"its top {depth} levels of {full}"
+    ax.set_title(f"FERL tree: {len(leaves)} rules, {what} (left branch = condition holds)", fontsize=9)
     return fig
+
+
+def _under(tree, node: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is on the path from the root to ``node``."""
+    while node > 0:
+        node = int(tree.parent[node])
+        if node == ancestor:
+            return True
+    return False
 
 
 def _concept_accuracy(table: ConceptTable, threshold: float) -> np.ndarray:

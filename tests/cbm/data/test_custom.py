@@ -26,7 +26,7 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "scripts" / "make_custom_example
 
 @pytest.fixture
 def example(tmp_path) -> Path:
-    """The README's example (3 classes x 8 images, 2 concept groups), written by its script."""
+    """The README's example (5 classes x 8 images, 3 concept groups), written by its script."""
     return runpy.run_path(str(EXAMPLE))["write_example"](tmp_path / "example")
 
 
@@ -37,19 +37,21 @@ def _image(path: Path, colour=(200, 10, 10)) -> None:
 
 def test_example_is_tiny_and_loads_with_groups_and_a_seeded_split(example):
     files = list(example.rglob("*.png"))
-    assert len(files) == 30  # 24 to train on, 6 of a new class in new_images/
+    assert len(files) == 46  # 40 to train on, 6 of a new class in new_images/
     tab = load_custom(example)
-    assert tab.class_names == ["blue_circle", "red_circle", "red_square"] and len(tab) == 24
-    assert tab.concept_names == ["colour::red", "colour::blue", "shape::circle", "shape::square"]
-    assert tab.concept_groups == {"colour": [0, 1], "shape": [2, 3]}
+    assert tab.class_names == ["blue_circle", "blue_squares", "red_circle", "red_circles", "red_square"]
+    assert len(tab) == 40
+    assert tab.concept_names == ["colour::red", "colour::blue", "shape::circle", "shape::square",
+                                 "count::one", "count::two"]
+    assert tab.concept_groups == {"colour": [0, 1], "shape": [2, 3], "count": [4, 5]}
     red_square = tab.class_names.index("red_square")
-    assert tab.class_concepts[red_square].tolist() == [1, 0, 0, 1]
+    assert tab.class_concepts[red_square].tolist() == [1, 0, 0, 1, 1, 0]
     assert (tab.concepts == tab.class_concepts[tab.y]).all()  # per-class concepts
-    assert {s: int((tab.split == s).sum()) for s in ("train", "val", "test")} == {"train": 15, "val": 6,
-                                                                                  "test": 3}
+    assert {s: int((tab.split == s).sum()) for s in ("train", "val", "test")} == {"train": 25, "val": 10,
+                                                                                  "test": 5}
     assert (load_custom(example).split == tab.split).all()  # same seed, same split
     assert tab.sample_ids[0] == "blue_circle/00.png" and tab.load(0).size == (32, 32)
-    assert load_dataset("custom", root=example).n_classes == 3  # registered by name
+    assert load_dataset("custom", root=example).n_classes == 5  # registered by name
     dm = ConceptDataModule("custom", dataset_kwargs={"root": str(example)}, image_size=32)
     assert dm.image_size == 32 and dm.train_dataloader().dataset[0][0].shape == (3, 32, 32)
 
@@ -137,7 +139,7 @@ def test_layout_problems_are_named(tmp_path):
 
 
 def test_validator_reports_ok_and_names_what_is_wrong(example, tmp_path, capsys):
-    assert "custom data set: 24 images, 3 classes, 4 concepts (2 concept groups)" in validate_path(example)
+    assert "custom data set: 40 images, 5 classes, 6 concepts (3 concept groups)" in validate_path(example)
     concepts = tmp_path / "run" / "concepts"
     args = {"concept_labels": np.zeros((2, 2), np.uint8), "y": [0, 1], "concept_names": ["p", "q"],
             "class_names": ["A", "B"], "sample_ids": ["s0", "s1"]}

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -59,8 +60,9 @@ def test_tiny_demo_report_has_every_section(tiny):
     hits = re.search(r"anomalous attributes, (\d+) (is|are) among these", text)
     assert hits and (hits[2] == "is") == (hits[1] == "1")  # "1 is", "0 are", "2 are"
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
-    assert "| FERL-deep (independent) | evidence (ours) |" in text  # the interventions table
-    assert {"plots/concept_accuracy.png", "plots/heads.png", "plots/tree.png", "openworld/roc.png",
+    # the interventions table: one row per head and fit, its best policy at k = 3, the gain columns
+    assert "| FERL-deep (independent) | `" in text and "| gain (pts) | k for 95 % of the gain |" in text
+    assert {"plots/concept_accuracy.png", "plots/heads.png", "plots/tree.png", "plots/openworld_roc.png",
             "interventions/interventions.png",
             "examples/confident.png", "examples/novel_evidence.png"} <= set(links)
     for link in links:
@@ -77,7 +79,13 @@ def test_tiny_demo_state_and_headline(tiny):
     assert state["fingerprint"] == fingerprint(TINY)
     lines = headline(tiny)
     assert lines[0].startswith("concept accuracy: train ") and "ferl-deep test accuracy" in lines[1]
-    assert "open-world AUROC" in lines[2] and "kNN (k=5)" in lines[2]
+    # the head's own novelty score (the kind its threshold uses) and the best baseline, not every score
+    frame = pd.read_csv(tiny / "openworld" / "per_fold.csv").groupby("detector")["auroc"].mean()
+    base = frame[[d for d in frame.index if not d.startswith("ferl")]]
+    label = pd.read_csv(tiny / "openworld" / "per_fold.csv").set_index("detector")["label"]
+    leaf = 100 * frame["ferl-deep:leaf"]
+    assert lines[2] == (f"open-world AUROC (held-out classes): FERL-deep (leaf) {leaf:.1f}, "
+                        f"{label[base.idxmax()]} {100 * base.max():.1f} (best baseline)")
 
 
 def test_report_rebuild_removes_stale_example_images(tiny):
@@ -229,6 +237,12 @@ def test_figures_draw_the_run_values(tiny):
     clf = run.head("ferl-deep").model_
     leaves = [t for t in tree_figure(clf).axes[0].texts if t.get_text().startswith("rule ")]
     assert len(leaves) == clf.n_rules_
+    # drawn to depth 2: every rule is a leaf box there or counted in a grey box (issue 35)
+    texts = [t.get_text() for t in tree_figure(clf, max_depth=2).axes[0].texts]
+    counted = sum(int(t.split()[0]) for t in texts if t.endswith("rules\nbelow"))
+    assert counted + sum(t.startswith("rule ") for t in texts) == clf.n_rules_ and counted > 0
+    with pytest.raises(ValueError, match="max_depth"):
+        tree_figure(clf, max_depth=0)
 
 
 def test_report_and_openworld_report_show_the_curves(tiny):
@@ -251,3 +265,65 @@ def test_demo_passes_threads_to_every_console_script(tmp_path):
     cmds = step_commands(tmp_path, TINY, threads=1)
     assert all(cmds[step][-2:] == ["--threads", "1"] for step in ("detector", "heads", "openworld"))
     assert "--threads" not in cmds["report"] and "--threads" not in step_commands(tmp_path, TINY)["heads"]
+
+
+# ----------------------------------------------------------------------------- the first screen
+def test_report_opens_with_the_summary_and_stays_short(tiny):
+    """Issue 35: a summary table in the first 40 lines, the whole report at most 400 lines."""
+    lines = (tiny / "report.md").read_text().splitlines()
+    assert len(lines) <= 400
+    top = "\n".join(lines[:40])
+    assert "## Summary" in top and "| head | accuracy | ECE | coverage | set size | abstains |" in top
+    heads = json.loads((tiny / "metrics.json").read_text())["fit_head"]["heads"]
+    for name, label in (("ferl-deep", "**FERL-deep**"), ("ferl-medium", "FERL-medium"), ("lr", "LR")):
+        m = heads[name]["calibrated"]
+        assert f"| {label} | {100 * m['accuracy']:.1f} | {100 * m['ece']:.1f} |" in top
+    lr_row = top.split("\n| LR | ")[1].split("\n")[0].split(" | ")
+    assert lr_row[2:6] == ["–"] * 4  # LR has no credal sets: coverage, size, abstention, accepted accuracy
+    frame = pd.read_csv(tiny / "openworld" / "per_fold.csv").groupby("detector")["auroc"].mean()
+    assert f"FERL-deep (leaf) AUROC **{100 * frame['ferl-deep:leaf']:.1f}**" in top
+    # the examples list the top classes, not all of them; the other FERL scores sit in the appendix
+    assert "### FERL's other novelty scores" in "\n".join(lines)
+    lead = "\n".join(lines).split("## Open-world evaluation")[1].split("##")[0]
+    assert "FERL-deep (leaf)" in lead and "FERL-deep (residual)" not in lead and "kNN (k=5)" in lead
+
+
+def test_summary_numbers_recompute_from_the_saved_heads(tiny):
+    from cbm.report.summary import summary_numbers
+
+    run = load_run(tiny)
+    s = summary_numbers(run, "ferl-deep", "calibrated", tiny / "openworld")
+    row = next(r for r in s.heads if r.name == "ferl-deep")
+    head = run.head("ferl-deep")
+    X, y = run.concepts("test"), run.tables["test"].y
+    sets = head.predict_set(X)
+    keep = ~sets.all(axis=1)
+    right = head.predict(X) == np.asarray(run.class_names)[y]
+    assert row.abstention == pytest.approx(1 - keep.mean())
+    assert row.accepted_accuracy == (pytest.approx(right[keep].mean()) if keep.any() else None)
+    assert row.set_size == pytest.approx(sets.sum(axis=1).mean())
+    curves = pd.read_csv(tiny / "interventions" / "curves.csv")
+    seq = curves[(curves["head"] == "ferl-deep") & (curves["fit"] == "sequential")
+                 & (curves["split"] == "test")]
+    best = seq[seq["k"] == 3].groupby("policy")["accuracy"].mean()
+    assert row.intervened[1] == pytest.approx(best.max()) and row.intervened[2] == best.idxmax()
+    lr = next(r for r in s.heads if r.name == "lr")
+    assert lr.coverage is None and lr.accepted_accuracy is None
+
+
+def test_short_explanation_lists_the_top_classes_and_the_true_one(tiny):
+    from cbm.report.explanation import short_markdown
+
+    run = load_run(tiny)
+    head = run.head("ferl-deep")
+    ex = head.model_.explain(run.concepts("test")[0])
+    order = np.argsort(-np.asarray(ex.probability), kind="stable")
+    last = str(ex.classes[order[-1]])
+    text = short_markdown(ex, top=2, truth=last)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "BetP" not in line]
+    named = [r.split(" | ")[0][2:] for r in rows[:3]]
+    assert named == [str(ex.classes[order[0]]), str(ex.classes[order[1]]), f"{last} (true)"]
+    assert f"{len(ex.classes) - 3} other classes" in text
+    assert ("certified radius" in text) == (ex.robustness_radius > 0)
+    with pytest.raises(ValueError, match="top must be a positive integer"):
+        short_markdown(ex, top=0)
