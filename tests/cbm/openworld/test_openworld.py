@@ -188,6 +188,24 @@ def test_attribute_naming_precision_at_3_on_the_synthetic_world():
     assert p3 >= 0.6 and p3 >= chance + 0.2
 
 
+def test_evaluate_fold_reads_the_products_head():
+    """By default the fold's FERL head is fit-head's (concept settings, learned weights of evidence):
+    its energy score exists only there, and on an almost perfect detector's concepts it separates
+    held-out classes better than chance, beside the LR energy baseline."""
+    world = make_synthetic(40, n_classes=10, n_heldout=0, image_size=32, seed=1)
+    fold = class_disjoint_folds(10, 5, 0)[0]
+    tables = simulated_tables(world, fold, 0.08, np.random.default_rng(1))
+    settings = EvalSettings(ferl_kinds=("energy", "betp-entropy"), baselines=("lr-energy",),
+                            examples_per_fold=0)
+    ood = evaluate_fold(tables, world.class_concepts, fold, 0, settings, examples=False).result["ood"]
+    assert set(ood) == {"ferl-deep:energy", "ferl-deep:betp-entropy", "lr-energy"}
+    assert ood["ferl-deep:energy"]["auroc"] > 0.6
+    with pytest.raises(ValueError, match="evidence_weights='learned'"):
+        evaluate_fold(tables, world.class_concepts, fold, 0,
+                      EvalSettings(ferl_kinds=("energy",), baselines=(), examples_per_fold=0,
+                                   ferl_settings="learner"), examples=False)
+
+
 def test_attribute_naming_end_to_end_with_the_shipped_synthetic_config(tmp_path):
     """The shipped ``configs/openworld/synthetic.yaml`` at seed 0, all 5 folds: image detectors
     trained without the held-out classes, then calibration, FERL-deep and the baselines (about
@@ -201,11 +219,13 @@ def test_attribute_naming_end_to_end_with_the_shipped_synthetic_config(tmp_path)
     chain collapse on many-class concepts) precision@3 fell to 0.5875 here (issue 14). Sharing the
     nll's leaf term by the residual of the shallow nodes (`ferl.novelty.scores.NAMING_DEPTH`) brought it
     back: precision@3 0.641 (per fold 0.771, 0.542, 0.701, 0.552, 0.639), against each image's own
-    concepts 0.661; the bound is 0.6 again."""
+    concepts 0.661; the bound is 0.6 again. The head is the learner's preset (``ferl_settings=
+    "learner"``), whose naming these figures describe; fit-head's head is evaluated in
+    `test_evaluate_fold_reads_the_products_head`."""
     cfg = yaml.safe_load((REPO / "configs" / "openworld" / "synthetic.yaml").read_text())
     run = ow.run_openworld(cfg["detector"], tmp_path / "out", name="synthetic", seeds=[0],
                            settings=EvalSettings(ferl_kinds=("residual",), baselines=("knn",), top_k=(1, 3),
-                                                 examples_per_fold=0))
+                                                 examples_per_fold=0, ferl_settings="learner"))
     assert len(run["results"]) == 5
     naming = [r["heads"]["ferl-deep"]["naming"] for r in run["results"]]
     p3, chance = np.mean([n["precision@3"] for n in naming]), np.mean([n["chance"] for n in naming])
