@@ -65,4 +65,4 @@ def test_notebook_executes_on_a_tiny_run(tiny_run, monkeypatch):
     assert "**Intervened concepts**" in markdown and "Before the intervention: prediction" in markdown
     assert "firing" in html and "routing loss" in html  # fired rules and anomalous attributes tables
     assert pngs >= 3  # the tree and at least two example figures
-    assert "novelty threshold: leaf OOD score >" in text and "ood_flag" in html  # Pipeline rows
+    assert "novelty threshold: energy OOD score >" in text and "ood_flag" in html  # Pipeline rows
