@@ -53,7 +53,7 @@ def test_closed_form_equals_dempsters_rule_over_every_subset(seed, n_classes, n_
                                                          s[i])
         np.testing.assert_allclose(ev.mass[i], single, rtol=1e-6, atol=1e-10)
         np.testing.assert_allclose(ev.plausibility[i], pl, rtol=1e-6, atol=1e-10)
-        np.testing.assert_allclose(ev.pignistic[i], betp, rtol=1e-6, atol=1e-9)  # the mass the integral may skip
+        np.testing.assert_allclose(ev.pignistic[i], betp, rtol=1e-6, atol=1e-9)
         assert ev.ignorance[i] == pytest.approx(theta, abs=1e-10)
         assert ev.conflict[i] == pytest.approx(conflict, abs=1e-10)
     assert np.all(ev.belief <= ev.pignistic + 1e-12) and np.all(ev.pignistic <= ev.plausibility + 1e-12)
