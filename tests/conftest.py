@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -132,3 +133,31 @@ def child() -> Child:
     """See `Child`: ``child.run(fn, kill_at=k)``, ``child.count_steps(monkeypatch, fn)``,
     ``with child.holding_lock(folder): ...``."""
     return Child()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ferl_kernels_compiled() -> None:
+    """Fit and read out a small FERL model of each preset, and one with learned weights of evidence
+    (fit-head's FERL-deep), once before the first test.
+
+    On a fresh clone numba compiles FERL's kernels here (about 25 s on 2 cores) instead of inside
+    whichever test first fits a model; ``cache=True`` keeps them in ``ferl/**/__pycache__``, so later
+    runs load them (about a second). Tests with other input types still compile their own
+    specialisations (a second or two each, once)."""
+    from ferl import PRESETS, FERLClassifier
+    from ferl.novelty.scores import OOD_KINDS
+
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 40)
+    X = np.clip(0.5 + 0.2 * rng.normal(size=(120, 5)) + 0.15 * y[:, None], 0, 1)
+    models = [FERLClassifier(p, random_state=0) for p in PRESETS]
+    models.append(FERLClassifier("deep", evidence_weights="learned", random_state=0))
+    for model in models:
+        model.fit(X, y)
+        model.predict_set(X)
+        for kind in OOD_KINDS:
+            if kind != "energy" or model.evidence_weights_ is not None:  # energy needs learned weights
+                model.ood_score(X, kind=kind)
+        model.anomalous_features(X[:3])
+        model.robustness_radius(X[:3])
+        model.explain(X[0])
