@@ -122,8 +122,12 @@ def test_no_held_out_class_reaches_detector_calibration_heads_baselines_or_thres
         assert seen_train == retained  # every retained class trains the detector, no held-out one
         assert set(np.concatenate(log["detector_val"]).tolist()) <= retained
         tables = load_concept_tables(out / f"seed0/fold{r['fold']}", splits=ow.PARTS)
-        (cal_probs,) = log["calibration"]
+        cal_probs, *halves = log["calibration"]
         np.testing.assert_array_equal(cal_probs, tables["val"].probs)  # exactly the retained val rows
+        # val's own rows are calibrated out of sample by maps fitted on the other half of val
+        assert len(halves) == 2 and sum(len(h) for h in halves) == len(cal_probs)
+        rows = {tuple(r) for r in cal_probs.round(12)}
+        assert all(tuple(r) in rows for h in halves for r in h.round(12))
         assert set(tables["val"].y.tolist()) <= retained
         (head_y,) = log["head"]
         assert set(head_y.tolist()) == set(names[sorted(retained)].tolist())
