@@ -22,7 +22,7 @@ from ferl.evidence.weights import fit_evidence_weights, rule_sources
 from ferl.explain import Explanation, build_explanation
 from ferl.io.model_files import ModelFilesMixin
 from ferl.novelty.blas import one_blas_thread
-from ferl.novelty.discount import typical_reliability
+from ferl.novelty.discount import point_reliability, typical_reliability
 from ferl.novelty.leaf_readout import leaf_totals
 from ferl.novelty.prototypes import fit_rule_prototypes
 from ferl.novelty.scores import analyse, check_variances, fit_free_gaussians
@@ -267,6 +267,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
         self.evidence_weights_ = None
+        self.set_scores_ = self.discount_point_ = None  # a refit drops the calibrations of the last fit
         if self.evidence_weights == "learned":
             leaf_phi = fired.dense(fired.phi)[:, self.tree_.is_leaf]
             with one_blas_thread():  # lbfgs on a few 10^4 weights: threads only contend
@@ -357,6 +358,10 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         radius = self._radius(X, phi, lost)
         ranked = novelty.ranked(self.feature_names_, top_k)[0]
         score = novelty.score()  # "typical", the default
-        trust = (typical_reliability(score, self.rule_prototypes_.discount)[0]
-                 if self._discount_mode() == "typical" else 1.0)
+        mode, trust = self._discount_mode(), 1.0
+        if mode == "typical":
+            trust = typical_reliability(score, self.rule_prototypes_.discount)[0]
+        elif mode == "point":
+            energy = self._read(X, evidence=False, score="energy").score if self._point_kind() == "energy" else None
+            trust = point_reliability(self.discount_point_, score, energy, self.rule_prototypes_.discount)[0]
         return build_explanation(self, X, phi, reliability, ranked, float(score[0]), float(radius[0]), trust)

@@ -12,6 +12,7 @@ from cbm.heads.base import ConceptHead
 from cbm.heads.models import FERLHead
 from ferl import metrics as M
 from ferl.evidence.conformal import SplitConformal
+from ferl.novelty.discount import discounting
 
 __all__ = ["conformal_metrics", "evaluate_head"]
 
@@ -34,7 +35,10 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
     dict
         ``accuracy`` and ``ece`` (fractions), ``aurc`` (0-100, confidence = the largest class
         probability); for FERL heads also ``coverage``, ``determinacy``, ``mean_set_size``,
-        ``abstention_rate`` (all-class sets) and ``u65`` / ``u80`` of the credal sets.
+        ``abstention_rate`` (all-class sets) and ``u65`` / ``u80`` of the credal sets; once the
+        head's novelty discount is calibrated (`FERLHead.fit_discount`), ``discount_abstention`` and
+        ``discount_accepted_accuracy``: the share of all-class sets with the discount on and the
+        accuracy on the other inputs (None when every input abstains).
 
     Raises
     ------
@@ -56,6 +60,12 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
             mean_set_size=M.mean_set_size(sets), abstention_rate=float(sets.all(axis=1).mean()),
             u65=M.u65(idx, sets), u80=M.u80(idx, sets),
         )
+        if getattr(head.model_, "discount_point_", None) is not None:  # the novelty discount at its operating point
+            with discounting(head.model_):
+                refused = head.predict_set(X).all(axis=1)
+            out.update(discount_abstention=float(refused.mean()),
+                       discount_accepted_accuracy=M.accuracy(idx[~refused], pred[~refused]) if (~refused).any()
+                       else None)
         if head.coverage_ is not None:  # the paper's interval-dominance set beside the coverage-targeted one
             paper = head.predict_set(X, coverage=None)
             out.update(paper_coverage=M.coverage(idx, paper), paper_mean_set_size=M.mean_set_size(paper),

@@ -163,8 +163,9 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
             head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
             fit_seconds = time.perf_counter() - start
             if isinstance(head, FERLHead):
-                head.fit_ood_threshold(X_sets[kind])  # val calibrated out of sample, like test
+                threshold = head.fit_ood_threshold(X_sets[kind])  # val calibrated out of sample, like test
                 head.fit_sets(X_sets[kind], y_val, coverage)
+                head.fit_discount(X_sets[kind][np.isin(y_val, head.classes_)], 1.0 - threshold["accept"])
             metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
             if coverage is not None:
                 metrics.update(conformal_metrics(head, X_sets[kind], y_val, X_test[kind], y_test, coverage))

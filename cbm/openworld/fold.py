@@ -78,8 +78,8 @@ __all__ = [
 #: term without the paper's residual and the prototype distance in training ranges; 11: the head of
 #: ``fit-head`` (``ferl_settings``) and the classifier-confidence baselines; 12: the val rows calibrated
 #: out of sample (`cbm.concepts.calibration.crossfit_calibrate`), as ``fit-head`` calibrates the rows
-#: its thresholds are fitted on.
-RESULT_VERSION = 12
+#: its thresholds are fitted on; 13: the novelty discount at its operating point (``accept`` of val kept).
+RESULT_VERSION = 13
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 
@@ -295,6 +295,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
         head = make_head(h, seed, settings=settings.ferl_settings)
         head = fitted[h] = head.fit(X["train"], label_of[y_train], concept_names)
         _record(steps, f"head_fit:{h}", y_train, fold.retained, fold)
+        head.fit_discount(X["val"], 1.0 - settings.accept)  # the discount's operating point
+        _record(steps, f"discount:{h}", tables["val"].y, fold.retained, fold)
         for kind in settings.ferl_kinds:
             scores[f"{h}:{kind}"] = {p: ferl_score(head.model_, X[p], kind) for p in ("val", "test", "novel")}
         heads_out[h] = _head_summary(head, X, tables, label_of, gt, gt_image, settings.top_k)

@@ -42,6 +42,8 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
         arrays["rule_alone"] = est.rule_alone_
     if getattr(est, "set_scores_", None) is not None:
         arrays["set_scores"] = est.set_scores_
+    if getattr(est, "discount_point_", None) is not None:
+        arrays["discount_point"] = est.discount_point_
     if getattr(est, "evidence_weights_", None) is not None:
         weights = est.evidence_weights_
         arrays.update({f"weights_{k}": getattr(weights, k) for k in EvidenceWeights.SAVED_FIELDS})
@@ -129,6 +131,12 @@ def load_classifier(cls, path: str | os.PathLike):
             raise ValueError(f"{path}: corrupted model (set_scores must be finite float64 of shape "
                              f"(n_cal,)); calibrate and save the model again")
         est.set_scores_ = scores
+    point = arrays.get("discount_point")  # absent unless calibrate_discount was called
+    if point is not None:
+        if point.shape != (2,) or point.dtype != np.float64 or not np.isfinite(point).all() or point[1] <= 0:
+            raise ValueError(f"{path}: corrupted model (discount_point must be finite float64 (tau, width) "
+                             f"with width > 0); calibrate and save the model again")
+        est.discount_point_ = point
     return est
 
 

@@ -48,8 +48,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "discounting", "fit_discount", "reliability_curve",
-           "typical_reliability"]
+__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "POINT_WIDTH", "discounting", "fit_discount",
+           "fit_operating_point", "point_reliability", "reliability_curve", "typical_reliability"]
 
 #: Quantiles of the cross-fitted reference ``"typical"`` scores where the reliability starts to fall
 #: fast and where it halves (how chosen: module docstring).
@@ -129,3 +129,86 @@ def discounting(model) -> Iterator:
         yield model
     finally:
         model.set_params(novelty_discount=previous)
+
+
+#: How far past ``tau`` the calibrated reliability halves, in standard deviations of the reference
+#: scores (`fit_operating_point`): steep, so that the operating point, not the curve's shape, decides
+#: which inputs abstain.
+POINT_WIDTH = 0.1
+
+
+def point_reliability(point: np.ndarray, typical: np.ndarray, energy: np.ndarray | None = None,
+                      discount: np.ndarray | None = None) -> np.ndarray:
+    """The calibrated discount's reliability ``r(x)`` at the operating point ``point = (tau, width)``.
+
+    Without ``energy``: ``exp(-max(0, t - tau) / width)`` of the ``"typical"`` scores ``t``. With
+    the learned weights' ``energy`` ``e``: ``exp(-max(0, e - tau) / width)`` times the uncalibrated
+    ``"typical"`` reliability (`typical_reliability` with ``discount``): discounting twice, once per
+    reason for distrust (Shafer's discountings compose by the product of their reliabilities). The
+    energy ranks held-out classes best among inputs in the training ranges, but it barely moves
+    far outside them (the rules' ramps are clipped there), where the ``"typical"`` score soars.
+
+    Parameters
+    ----------
+    point : ndarray of shape (2,)
+        ``(tau, width)`` of `fit_operating_point`, ``width > 0``, in units of the score it reads.
+    typical : ndarray of shape (n,), float64 >= 0
+    energy : ndarray of shape (n,), float64, or None
+    discount : ndarray of shape (2,) or None
+        The uncalibrated curve's ``(tau, lambda)`` (`fit_discount`); needed with ``energy``.
+
+    Returns
+    -------
+    ndarray of shape (n,), float64 in [0, 1]: 1 where both scores are below their points.
+    """
+    score = typical if energy is None else energy
+    r = np.exp(-np.maximum(np.asarray(score, dtype=np.float64) - point[0], 0.0) / point[1])
+    return r if energy is None else r * typical_reliability(typical, discount)
+
+
+def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarray:
+    """The novelty discount's operating point on held-out in-distribution inputs (beyond the paper).
+
+    The issue-33 decision: what a user meets is the operating point, so it is set directly: the
+    smallest ``tau`` among the reference scores (bisection on their order) at which at most
+    ``abstain`` of the reference inputs abstain with the discount at ``(tau, width)``; ``width`` is
+    `POINT_WIDTH` standard deviations of the reference scores. An input past ``tau + width log 2``
+    (reliability below 1/2) always abstains; below ``tau`` the evidence is the paper's.
+
+    Parameters
+    ----------
+    score : ndarray of shape (m,), float64, finite, ``m >= 1``
+        The discount kind's scores of the held-out inputs.
+    abstains : callable
+        ``abstains(point)`` -> bool ndarray of shape (m,): which inputs abstain with the discount at
+        ``point = (tau, width)`` (`point_reliability`); it must only grow as ``tau`` falls.
+    abstain : float in [0, 1)
+        The largest share of reference inputs allowed to abstain.
+
+    Returns
+    -------
+    ndarray of shape (2,), float64
+        ``(tau, width)``; ``tau`` is the largest reference score when even that abstains more.
+
+    Raises
+    ------
+    ValueError
+        ``abstain`` outside [0, 1), an empty or non-finite ``score``.
+    """
+    score = np.asarray(score, dtype=np.float64)
+    if not 0.0 <= abstain < 1.0:
+        raise ValueError(f"abstain must be in [0, 1), got {abstain!r}")
+    if score.ndim != 1 or score.size == 0 or not np.all(np.isfinite(score)):
+        raise ValueError("fit_operating_point needs a non-empty 1-d array of finite scores")
+    width = max(POINT_WIDTH * float(score.std()), 1e-9 * max(float(np.abs(score).max()), 1.0))
+    ordered = np.sort(score)
+    lo, hi = 0, ordered.size - 1  # the answer's index: abstention at ordered[hi] is within budget
+    if np.mean(abstains(np.array([ordered[hi], width]))) > abstain:
+        return np.array([ordered[hi], width])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if np.mean(abstains(np.array([ordered[mid], width]))) <= abstain:
+            hi = mid
+        else:
+            lo = mid + 1
+    return np.array([ordered[hi], width])

@@ -21,7 +21,7 @@ import numpy as np
 
 from ferl.evidence.algebra import Evidence, combine_sparse, discount, discount_evidence
 from ferl.evidence.weights import EvidenceWeights, evidence_energy, evidence_from_weights, rule_sources
-from ferl.novelty.discount import typical_reliability
+from ferl.novelty.discount import point_reliability, typical_reliability
 from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
 from ferl.novelty.prototypes import RulePrototypes, prototype_kind
 from ferl.novelty.reliability import leaf_typicality, source_reliability
@@ -123,7 +123,8 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
              sources: np.ndarray, rule: str, evidence: bool = True, novelty: bool = False,
              novelty_discount: str | None = None, score: str | None = None,
              prototypes: RulePrototypes | None = None,
-             weights: tuple[EvidenceWeights, np.ndarray] | None = None) -> Readout:
+             weights: tuple[EvidenceWeights, np.ndarray] | None = None,
+             point: tuple[str, np.ndarray] | None = None) -> Readout:
     """Evidence, novelty and / or an OOD score of validated inputs from one firing pass per chunk.
 
     Parameters
@@ -143,10 +144,11 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         Combination rule.
     evidence, novelty : bool
         Outputs to compute: the `Evidence`, the per-feature `Novelty`.
-    novelty_discount : {None, "typical", "rules"}
+    novelty_discount : {None, "typical", "rules", "point"}
         Discount the combined evidence by the reliability of its ``"typical"`` score
-        (`ferl.novelty.discount`), or every source by its own (`discounted`); None leaves the
-        paper's evidence bit for bit.
+        (`ferl.novelty.discount`), or every source by its own (`discounted`), or (``"point"``) the
+        combined evidence at the calibrated operating point ``point``; None leaves the paper's
+        evidence bit for bit.
     score : str or None
         The kind of OOD score to compute (`ferl.novelty.scores.OOD_KINDS`): ``"ignorance"`` is the
         evidence's ``m(Theta)`` (computed whatever ``evidence`` says), ``"energy"`` the learned
@@ -158,6 +160,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     weights : (EvidenceWeights, ndarray of shape (n_features, 2)) or None
         Learned weights of evidence and the training feature ranges (`ferl.evidence.weights`): the
         evidence combines the weighted rules instead of the nodes' masses; None for the paper's.
+    point : (kind, ndarray of shape (2,)) or None
+        The discount's calibrated operating point (`ferl.novelty.discount.fit_operating_point`): the
+        kind of score it reads (``"energy"`` or ``"typical"``) and ``(tau, width)``; needed by
+        ``novelty_discount="point"``.
 
     Returns
     -------
@@ -174,6 +180,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         raise ValueError("the 'energy' OOD score needs a model fitted with evidence_weights='learned'")
     evidence = evidence or score in ("ignorance", "energy")
     discount = novelty_discount if evidence else None
+    point_kind = point[0] if discount == "point" else None
     parts_e, parts_n, parts_s = [], [], []
     scratch = thread_scratch()  # every output below is computed from `fired` before the next chunk
     for start in range(0, X.shape[0], CHUNK):
@@ -188,7 +195,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
             values, nll = score_totals(tree, leaves, rows, fired, score, want_nll)
             parts_s.append(values)
             leaf_nll = leaf_nll if nll is None else nll
-        if score == "typical" or discount == "typical":  # the "leaf" score's tail is half of it
+        if "typical" in (score, discount) or point_kind:  # the "leaf" score's tail is half of it
             if score != "leaf":
                 values, nll = score_totals(tree, leaves, rows, fired, "leaf", want_nll)
                 leaf_nll = leaf_nll if nll is None else nll
@@ -205,11 +212,16 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
             else:
                 strengths = rule_sources(rows, weights[1], fired.dense(fired.phi)[:, tree.is_leaf])
                 parts_e.append(evidence_from_weights(weights[0], strengths))
-                if score == "energy":
-                    parts_s.append(evidence_energy(weights[0], strengths))
+                if "energy" in (score, point_kind):
+                    energy = evidence_energy(weights[0], strengths)
+                    if score == "energy":
+                        parts_s.append(energy)
             if discount == "typical":
                 reliability = typical_reliability(typical, prototypes.discount)
                 parts_e[-1] = discount_evidence(parts_e[-1], reliability)
+            elif discount == "point":
+                parts_e[-1] = discount_evidence(parts_e[-1], point_reliability(
+                    point[1], typical, energy if point_kind == "energy" else None, prototypes.discount))
             if score == "ignorance":
                 parts_s.append(parts_e[-1].ignorance.copy())
     return Readout(_concat(Evidence, parts_e) if evidence else None,

@@ -8,8 +8,9 @@ from typing import Self
 
 import numpy as np
 
-from ferl.evidence.algebra import Evidence
+from ferl.evidence.algebra import Evidence, discount_evidence
 from ferl.evidence.conformal import coverage_set
+from ferl.novelty.discount import fit_operating_point, point_reliability
 from ferl.novelty.scores import OOD_KINDS, AnomalousFeature, Novelty
 from ferl.readout.batch import CredalReadout, Readout, discounted, read_out
 
@@ -32,10 +33,12 @@ class ReadoutMixin:
         """Evidence, novelty and / or an OOD score of validated ``X`` from one firing pass
         (``typical=False``: without the ``"typical"`` novelty discount)."""
         mode = self._discount_mode()
+        point = getattr(self, "discount_point_", None)
         return read_out(self.tree_, self.leaf_gaussians_, X, bool(self.bounded_support),
                         self._gate_margin(), self._sources(), self.combination, evidence, novelty,
-                        None if mode == "typical" and not typical else mode, score, self.rule_prototypes_,
-                        self._weights())
+                        None if mode in ("typical", "point") and not typical else mode, score,
+                        self.rule_prototypes_, self._weights(),
+                        None if point is None else (self._point_kind(), point))
 
     def _weights(self):
         """The learned weights of evidence and the feature ranges (`ferl.readout.batch.read_out`), or None."""
@@ -43,9 +46,19 @@ class ReadoutMixin:
         return None if weights is None else (weights, self.feature_range_)
 
     def _discount_mode(self) -> str | None:
-        """`novelty_discount` as `ferl.readout.batch.read_out` takes it: None (off), "typical" or "rules"."""
+        """`novelty_discount` as `ferl.readout.batch.read_out` takes it: None (off), "typical", "rules"
+        or, for True once `calibrate_discount` has set an operating point, "point"."""
         mode = self.novelty_discount
-        return mode if isinstance(mode, str) else "typical" if mode else None
+        if isinstance(mode, str):
+            return mode
+        if not mode:
+            return None
+        return "point" if getattr(self, "discount_point_", None) is not None else "typical"
+
+    def _point_kind(self) -> str:
+        """The OOD score the calibrated discount reads: the learned weights' ``"energy"`` when the
+        model has them (it ranks held-out classes best on real concepts), else ``"typical"``."""
+        return "energy" if self._weights() is not None else "typical"
 
     def _reliability(self, X, fired=None, leaf_nll=None) -> np.ndarray:
         """Source reliabilities (n, n_nodes) of validated ``X`` (`ferl.readout.batch.discounted`), from
@@ -124,6 +137,45 @@ class ReadoutMixin:
             raise ValueError("predict_set(coverage=...) needs held-out scores: call "
                              "calibrate_sets(X_cal, y_cal) first")
         return coverage_set(ev.plausibility, scores, coverage)
+
+    def calibrate_discount(self, X, abstain: float = 0.05) -> Self:
+        """Set the novelty discount's operating point on held-out in-distribution inputs (beyond the
+        paper): with ``novelty_discount=True`` at most ``abstain`` of ``X`` abstain.
+
+        The uncalibrated ``"typical"`` discount (`ferl.novelty.discount`) falls past quantiles of
+        the training rows' scores; with learned weights of evidence the masses are so concentrated
+        that it made no input abstain (CUB-50 open world: 0 % of held-out images). Calibrated, the
+        discount reads the model's own novelty score (``"energy"`` with learned weights, else
+        ``"typical"``) and falls steeply past the point where ``abstain`` of the held-out inputs
+        abstain (`ferl.novelty.discount.fit_operating_point`), so the held-out classes' abstention
+        at that operating point is what the score's ranking buys. Stored as ``discount_point_``
+        (float64 (2,): ``tau, width``, saved with the model); `explain`, `predict_set`, `evidence`
+        use it whenever the discount is on. Returns self.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in_), n_samples >= 1
+            Inputs of the training classes the model did not see (e.g. the validation split).
+        abstain : float in [0, 1), default=0.05
+            The largest share of ``X`` allowed to abstain with the discount on.
+
+        Raises
+        ------
+        ValueError
+            Bad ``X``, ``abstain`` outside [0, 1).
+        """
+        X = self._check_X(X)
+        kind = self._point_kind()
+        base = self._read(X, score=kind, typical=False)
+        typical = base.score if kind == "typical" else self._read(X, evidence=False, score="typical").score
+        energy = base.score if kind == "energy" else None
+
+        def abstains(point):
+            r = point_reliability(point, typical, energy, self.rule_prototypes_.discount)
+            return discount_evidence(base.evidence, r).abstain
+
+        self.discount_point_ = fit_operating_point(base.score, abstains, abstain)
+        return self
 
     def calibrate_sets(self, X, y) -> Self:
         """Store ``1 - Pl(y)`` of held-out inputs at their true class (``set_scores_``, float64

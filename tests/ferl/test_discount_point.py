@@ -1,0 +1,114 @@
+"""The novelty discount's calibrated operating point (`FERLClassifier.calibrate_discount`,
+`ferl.novelty.discount.fit_operating_point`, `ferl.novelty.discount.point_reliability`)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ferl import FERLClassifier
+from ferl.io import persist
+from ferl.novelty.discount import POINT_WIDTH, fit_operating_point, point_reliability
+
+
+def _world(seed=0, n=900, d=6):
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, d))
+    y = (X[:, 0] > 0.5).astype(int) + 2 * (X[:, 1] + 0.15 * rng.standard_normal(n) > 0.5)
+    return X, y
+
+
+@pytest.fixture(scope="module", params=["tree", "learned"])
+def calibrated(request):
+    X, y = _world()
+    model = FERLClassifier(evidence_weights=request.param, random_state=0).fit(X[:500], y[:500])
+    return model.calibrate_discount(X[500:700], abstain=0.1), X
+
+
+def test_at_most_the_budget_of_the_reference_abstains_and_about_as_many_unseen_ones(calibrated):
+    model, X = calibrated
+    model.set_params(novelty_discount=True)
+    try:
+        ref = model.predict_set(X[500:700]).all(axis=1).mean()
+        unseen = model.predict_set(X[700:]).all(axis=1).mean()
+    finally:
+        model.set_params(novelty_discount=False)
+    paper = model.predict_set(X[500:700]).all(axis=1).mean()
+    assert ref <= 0.1 or ref == paper  # the paper's own abstentions may already exceed the budget
+    # exchangeable rows: within 3 binomial standard deviations of 200 draws at 10 %
+    assert abs(unseen - max(ref, 0.1)) <= 3 * np.sqrt(0.1 * 0.9 / 200) + 0.02
+
+
+def test_inputs_far_outside_the_training_ranges_abstain(calibrated):
+    model, _ = calibrated
+    far = np.random.default_rng(1).random((50, 6)) * 4 - 1.5  # mostly outside [0, 1]
+    far[:, 0] = np.where(far[:, 0] > 1, far[:, 0] + 2, far[:, 0] - 2)  # every row far out in one concept
+    model.set_params(novelty_discount=True)
+    try:
+        assert model.predict_set(far).all(axis=1).mean() >= 0.9
+        assert model.explain(far[0]).abstain
+    finally:
+        model.set_params(novelty_discount=False)
+
+
+def test_with_the_discount_off_the_calibration_changes_nothing(calibrated):
+    model, X = calibrated
+    on = model.evidence(X[700:])
+    point, model.discount_point_ = model.discount_point_, None
+    try:
+        off = model.evidence(X[700:])
+    finally:
+        model.discount_point_ = point
+    np.testing.assert_array_equal(on.mass, off.mass)
+    np.testing.assert_array_equal(on.ignorance, off.ignorance)
+
+
+def test_the_point_survives_save_and_load_and_a_corrupt_one_is_refused(calibrated, tmp_path):
+    model, X = calibrated
+    model.save(tmp_path / "m")
+    loaded = FERLClassifier.load(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.discount_point_, model.discount_point_)
+    for m in (model, loaded):
+        m.set_params(novelty_discount=True)
+    try:
+        np.testing.assert_array_equal(loaded.predict_set(X[700:]), model.predict_set(X[700:]))
+    finally:
+        for m in (model, loaded):
+            m.set_params(novelty_discount=False)
+    meta, arrays = persist.read_model(tmp_path / "m")
+    arrays["discount_point"] = np.array([0.0, -1.0])  # a width <= 0
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    persist.write_model(tmp_path / "edited", meta, arrays)
+    with pytest.raises(ValueError, match="discount_point"):
+        FERLClassifier.load(tmp_path / "edited")
+
+
+def test_a_refit_drops_the_calibrations_of_the_last_fit():
+    X, y = _world()
+    model = FERLClassifier(random_state=0).fit(X[:500], y[:500]).calibrate_discount(X[500:700])
+    model.calibrate_sets(X[500:700], y[500:700])
+    model.fit(X[:400], y[:400])
+    assert model.discount_point_ is None and model.set_scores_ is None
+
+
+def test_a_budget_outside_zero_one_is_refused(calibrated):
+    model, X = calibrated
+    with pytest.raises(ValueError, match="abstain"):
+        model.calibrate_discount(X[500:700], abstain=1.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), budget=st.floats(0.0, 0.5))
+def test_the_operating_point_is_the_smallest_reference_score_within_budget(seed, budget):
+    # a toy abstention: an input abstains once its reliability is at most 1/2
+    score = np.random.default_rng(seed).normal(size=60)
+
+    def abstains(point):
+        return point_reliability(point, score) <= 0.5
+
+    tau, width = fit_operating_point(score, abstains, budget)
+    assert width == pytest.approx(POINT_WIDTH * score.std())
+    assert tau in score and abstains(np.array([tau, width])).mean() <= budget
+    below = score[score < tau]
+    if below.size:  # the next smaller reference score would abstain more than the budget
+        assert abstains(np.array([below.max(), width])).mean() > budget
