@@ -362,6 +362,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         if mode == "typical":
             trust = typical_reliability(score, self.rule_prototypes_.discount)[0]
         elif mode == "point":
-            energy = self._read(X, evidence=False, score="energy").score if self._point_kind() == "energy" else None
+            energy = (self._read(X, evidence=False, score="energy").score
+                      if self._point_kind() == "energy" else None)
             trust = point_reliability(self.discount_point_, score, energy, self.rule_prototypes_.discount)[0]
         return build_explanation(self, X, phi, reliability, ranked, float(score[0]), float(radius[0]), trust)

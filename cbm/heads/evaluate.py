@@ -60,12 +60,12 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
             mean_set_size=M.mean_set_size(sets), abstention_rate=float(sets.all(axis=1).mean()),
             u65=M.u65(idx, sets), u80=M.u80(idx, sets),
         )
-        if getattr(head.model_, "discount_point_", None) is not None:  # the novelty discount at its operating point
+        if getattr(head.model_, "discount_point_", None) is not None:  # the discount at its operating point
             with discounting(head.model_):
                 refused = head.predict_set(X).all(axis=1)
+            kept = ~refused
             out.update(discount_abstention=float(refused.mean()),
-                       discount_accepted_accuracy=M.accuracy(idx[~refused], pred[~refused]) if (~refused).any()
-                       else None)
+                       discount_accepted_accuracy=M.accuracy(idx[kept], pred[kept]) if kept.any() else None)
         if head.coverage_ is not None:  # the paper's interval-dominance set beside the coverage-targeted one
             paper = head.predict_set(X, coverage=None)
             out.update(paper_coverage=M.coverage(idx, paper), paper_mean_set_size=M.mean_set_size(paper),
