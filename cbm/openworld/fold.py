@@ -78,8 +78,9 @@ __all__ = [
 #: term without the paper's residual and the prototype distance in training ranges; 11: the head of
 #: ``fit-head`` (``ferl_settings``) and the classifier-confidence baselines; 12: the val rows calibrated
 #: out of sample (`cbm.concepts.calibration.crossfit_calibrate`), as ``fit-head`` calibrates the rows
-#: its thresholds are fitted on; 13: the novelty discount at its operating point (``accept`` of val kept).
-RESULT_VERSION = 13
+#: its thresholds are fitted on; 13: the novelty discount at its operating point (``accept`` of val kept);
+#: 14: that point with the split-conformal count.
+RESULT_VERSION = 14
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 
