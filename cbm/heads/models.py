@@ -115,10 +115,11 @@ class FERLHead(ConceptHead):
     def fit_discount(self, X: np.ndarray, abstain: float = 0.05) -> None:
         """Set the novelty discount's operating point on held-out concept vectors ``X`` (n, k) of the
         head's classes: with ``novelty_discount`` on, at most ``abstain`` of them abstain
-        (`ferl.FERLClassifier.calibrate_discount`). The head's own read-out keeps the discount off;
+        (`ferl.FERLClassifier.calibrate_discount`), abstention read on the head's own set (call
+        `fit_sets` first). The head's own read-out keeps the discount off;
         `cbm.heads.evaluate.discount_metrics` and the report read the head with it on.
         ValueError: bad concept vectors, ``abstain`` outside [0, 1)."""
-        self.model_.calibrate_discount(self._check_X(X), abstain=abstain)
+        self.model_.calibrate_discount(self._check_X(X), abstain=abstain, coverage=self.coverage_)
 
     def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str | None = None,
                           fitted_on: str = "val") -> dict:

@@ -174,9 +174,10 @@ def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarr
     ``k = m - ceil((1 - abstain)(m + 1))`` of the ``m`` reference inputs abstain with the discount
     at ``(tau, width)``: the split-conformal count, so that a new input exchangeable with them
     abstains with probability at most ``abstain`` (exactly so where abstention is a threshold on the
-    score; on CUB-50 the plain share ``abstain`` let 5.1 % of retained test images abstain at 5 %); ``width`` is
-    `POINT_WIDTH` standard deviations of the reference scores. An input past ``tau + width log 2``
-    (reliability below 1/2) always abstains; below ``tau`` the evidence is the paper's.
+    score; the plain share let slightly more than ``abstain`` of CUB-50's retained test images
+    abstain, docs/results/novelty.md); ``width`` is `POINT_WIDTH` standard deviations of the
+    reference scores. An input past ``tau + width log 2`` (reliability below 1/2) always abstains;
+    below ``tau`` the evidence is the paper's.
 
     Parameters
     ----------

@@ -113,3 +113,16 @@ def test_the_operating_point_is_the_smallest_reference_score_within_budget(seed,
     below = score[score < tau]
     if below.size:  # the next smaller reference score would abstain more than the budget
         assert abstains(np.array([below.max(), width])).sum() > allowed
+
+
+def test_the_point_is_calibrated_on_the_set_that_will_be_read():
+    X, y = _world()
+    model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])
+    model.calibrate_sets(X[500:700], y[500:700])
+    model.set_params(novelty_discount=True)
+    for coverage in (None, 0.9):
+        model.calibrate_discount(X[500:700], abstain=0.1, coverage=coverage)
+        allowed = 200 - int(np.ceil(0.9 * 201 - 1e-9))
+        assert model.predict_set(X[500:700], coverage=coverage).all(axis=1).sum() <= allowed
+    with pytest.raises(ValueError, match="coverage"):
+        model.calibrate_discount(X[500:700], coverage=1.5)
