@@ -69,8 +69,8 @@ class FERLHead(ConceptHead):
     -> 0.98: under that shift every source looks atypical), while on the synthetic open world (2
     folds) it raised held-out abstention only from 9.9 % to 12.5 %. The ``"typical"`` discount
     (`ferl.novelty.discount`) keeps the predicted class, but a shift that makes every input look
-    atypical makes every input abstain (not measured on the heads). Novelty is read from the default score
-    and the run's threshold instead.
+    atypical makes every input abstain (not measured on the heads). Novelty is read from the head's kind
+    of OOD score (`ood_kind`) and the run's threshold instead.
     """
 
     kind = "ferl"

@@ -260,8 +260,8 @@ class ReadoutMixin:
 
         Returns one list per sample of `ferl.novelty.scores.AnomalousFeature` named tuples
         ``(name, score, feature, routing_loss, deviation, anomaly)``; the scores (nats) are the
-        features' parts of the default ``ood_score`` and sum to it over all features
-        (`ferl.novelty.scores.Novelty.feature_scores`).
+        features' parts of the default ``ood_score``, ``"typical"``, and sum to it over all features
+        (`ferl.novelty.scores.Novelty.feature_scores`), whatever kind the product flags with.
         ``top_k=None`` lists every feature; ValueError when ``top_k < 1``.
         """
         return self._novelty(self._check_X(X)).ranked(self.feature_names_, top_k)
