@@ -23,6 +23,7 @@ from ferl.explain import Explanation, build_explanation
 from ferl.io.model_files import ModelFilesMixin
 from ferl.novelty.blas import one_blas_thread
 from ferl.novelty.discount import point_reliability, typical_reliability
+from ferl.novelty.kinds import check_kind, default_kind
 from ferl.novelty.leaf_readout import leaf_totals
 from ferl.novelty.prototypes import fit_rule_prototypes
 from ferl.novelty.scores import analyse, check_variances, fit_free_gaussians
@@ -343,13 +344,32 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             return np.zeros(X.shape[0])
         return certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
 
-    def explain(self, x, top_k: int | None = 5) -> Explanation:
+    def explain(self, x, top_k: int | None = 5, kind: str | None = None) -> Explanation:
         """Explain the decision for one sample: fired rules with firings and masses, belief,
         plausibility, ignorance, credal set, anomalous attributes, OOD score, robustness radius.
 
-        ``x`` is one sample (shape (n_features_in_,) or (1, n_features_in_)). Returns a
-        `ferl.explain.Explanation` (``to_markdown()``, ``to_json()``); ValueError for several rows.
+        Parameters
+        ----------
+        x : array-like of shape (n_features_in_,) or (1, n_features_in_)
+            One sample.
+        top_k : int >= 1 or None, default=5
+            Anomalous attributes listed (`anomalous_features`).
+        kind : {"typical", "energy", "ignorance"} or None, default=None
+            The OOD score's kind (`ood_score`); None: the one the product flags with,
+            `ferl.novelty.default_kind` (``"energy"`` with learned weights of evidence, else
+            ``"typical"``). The explanation names it (``ood_kind``).
+
+        Returns
+        -------
+        Explanation
+            ``to_markdown()``, ``to_json()``.
+
+        Raises
+        ------
+        ValueError
+            Several rows, bad ``x``, or a ``kind`` not of `ferl.novelty.kinds.OOD_KINDS`.
         """
+        kind = default_kind(self) if kind is None else check_kind(kind)
         X = self._check_X(one_sample(x))
         fired = self.tree_.sparse_firing(X, bool(self.bounded_support), self._gate_margin())
         phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
@@ -357,12 +377,15 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         reliability = self._reliability(X, fired, novelty.leaf_nll)
         radius = self._radius(X, phi, lost)
         ranked = novelty.ranked(self.feature_names_, top_k)[0]
-        score = novelty.score()  # "typical", the default
+        typical = novelty.score()  # "typical", the default
+        score = typical if kind == "typical" else self._read(X, evidence=False, score=kind).score
         mode, trust = self._discount_mode(), 1.0
         if mode == "typical":
-            trust = typical_reliability(score, self.rule_prototypes_.discount)[0]
+            trust = typical_reliability(typical, self.rule_prototypes_.discount)[0]
         elif mode == "point":
             energy = (self._read(X, evidence=False, score="energy").score
                       if self._point_kind() == "energy" else None)
-            trust = point_reliability(self.discount_point_, score, energy, self.rule_prototypes_.discount)[0]
-        return build_explanation(self, X, phi, reliability, ranked, float(score[0]), float(radius[0]), trust)
+            trust = point_reliability(self.discount_point_, typical, energy,
+                                      self.rule_prototypes_.discount)[0]
+        return build_explanation(self, X, phi, reliability, ranked, float(score[0]), kind, float(radius[0]),
+                                 trust)

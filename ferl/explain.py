@@ -6,8 +6,9 @@ with ``evidence_nodes="all"`` also internal nodes) with their firing ``phi_o``, 
 ``m_o({c}) = r_o phi_o p_o(c)``, ``m_o(Theta) = 1 - r_o phi_o`` (paper section 3.2); the combined
 belief, plausibility, ignorance, conflict and pignistic probability; the credal set and the
 abstention (eq. 4), discounted as a whole by ``r(x)`` when ``novelty_discount`` is ``"typical"``
-(`ferl.novelty.discount`); the default OOD score and the anomalous attributes (`ferl.novelty.scores`); and the
-certified robustness radius (`ferl.tree.certificate`).
+(`ferl.novelty.discount`); the OOD score of the kind the product flags with (`ferl.novelty.default_kind`,
+named in the explanation) and the anomalous attributes (`ferl.novelty.scores`); and the certified
+robustness radius (`ferl.tree.certificate`).
 """
 
 from __future__ import annotations
@@ -82,10 +83,13 @@ class Explanation:
     firing : float
         Total leaf firing (``1 -`` the routing mass lost to the gates).
     ood_score : float
-        Default OOD score (``leaf``, `ferl.novelty.scores.Novelty.score`), higher = more novel; the
-        attributes' scores below are its parts.
+        OOD score of kind ``ood_kind`` (``FERLClassifier.ood_score``), higher = more novel.
+    ood_kind : str
+        Its kind, one of `ferl.novelty.kinds.OOD_KINDS`: by default the one the product flags
+        with (`ferl.novelty.default_kind`).
     anomalous_features : tuple of AnomalousFeature
-        Most anomalous attributes, highest first.
+        Most anomalous attributes, highest first; their scores are the parts of the ``typical``
+        score (`ferl.novelty.scores.Novelty.feature_scores`), whatever ``ood_kind``.
     robustness_radius : float
         Certified ``l_inf`` radius (0 where a gate is active or the top class is tied).
     sources : tuple of FiredSource
@@ -111,6 +115,7 @@ class Explanation:
     abstain: bool
     firing: float
     ood_score: float
+    ood_kind: str
     anomalous_features: tuple
     robustness_radius: float
     sources: tuple
@@ -127,6 +132,7 @@ class Explanation:
             "conflict": self.conflict,
             "firing": self.firing,
             "ood_score": self.ood_score,
+            "ood_kind": self.ood_kind,
             "robustness_radius": self.robustness_radius,
             "reliability": self.reliability,
             "classes": [
@@ -171,8 +177,8 @@ class Explanation:
         lines = [
             f"**Prediction: {_md(self.prediction)}**, {verdict}.",
             "",
-            f"Ignorance m(Θ) = {self.ignorance:{f}}, conflict = {self.conflict:{f}}, "
-            f"leaf firing = {self.firing:{f}}, OOD score = {_number(self.ood_score, digits)}, "
+            f"Ignorance m(Θ) = {self.ignorance:{f}}, conflict = {self.conflict:{f}}, leaf firing = "
+            f"{self.firing:{f}}, {self.ood_kind} OOD score = {_number(self.ood_score, digits)}, "
             f"certified radius = {self.robustness_radius:.3g}"
             + (f", evidence reliability r(x) = {self.reliability:{f}}." if self.reliability != 1.0 else "."),
             "",
@@ -209,7 +215,8 @@ class Explanation:
                 rest = [s.firing for s in self.sources[len(shown):]]  # by decreasing firing
                 lines += ["", f"{len(rest)} more rule{'s' if len(rest) > 1 else ''} fired below "
                               f"{0.5 * 10.0 ** -digits:g} (together {sum(rest):.2g}), not listed."]
-        lines += ["", "**Anomalous attributes**", "",
+        parts = "" if self.ood_kind == "typical" else " (scores: parts of the typical OOD score)"
+        lines += ["", f"**Anomalous attributes**{parts}", "",
                   "| attribute | score | routing loss | leaf deviation | free-feature z² |",
                   "|---|---:|---:|---:|---:|"]
         for a in self.anomalous_features:
@@ -231,7 +238,8 @@ def _md(value) -> str:
 
 def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.ndarray,
                       anomalous: list[AnomalousFeature],
-                      ood_score: float, radius: float, evidence_reliability: float = 1.0) -> Explanation:
+                      ood_score: float, ood_kind: str, radius: float,
+                      evidence_reliability: float = 1.0) -> Explanation:
     """Assemble the `Explanation` of one validated input.
 
     Parameters
@@ -247,7 +255,9 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
     anomalous : list of AnomalousFeature
         Ranked attributes of the input.
     ood_score : float
-        Default OOD score of the input.
+        OOD score of the input, of kind ``ood_kind``.
+    ood_kind : str
+        Its kind (`ferl.novelty.kinds.OOD_KINDS`).
     radius : float
         Certified robustness radius of the input.
     evidence_reliability : float in [0, 1], default=1.0
@@ -303,6 +313,7 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
         ignorance=float(ev.ignorance[0]), conflict=float(ev.conflict[0]),
         credal_set=tuple(c for c, keep in zip(classes, in_set, strict=True) if keep),
         abstain=bool(ev.abstain[0]), firing=float(phi[0, leaves].sum()), ood_score=float(ood_score),
-        anomalous_features=tuple(anomalous), robustness_radius=float(radius), sources=tuple(sources),
+        ood_kind=ood_kind, anomalous_features=tuple(anomalous), robustness_radius=float(radius),
+        sources=tuple(sources),
         reliability=float(evidence_reliability), decisive=decisive,
     )

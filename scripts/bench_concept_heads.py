@@ -10,7 +10,8 @@ credal sets) and u65 of the credal sets. This chose `cbm.heads.models.CONCEPT_SE
 
 ``--openworld FOLD_DIR`` instead compares the two settings of the FERL-deep head on one fold of
 ``evaluate-openworld`` (its ``concepts/{train_crossfit,val,test,novel}.npz``, calibration fitted on
-its val as the protocol does): retained-test accuracy and the OOD AUROC (test vs novel) per score.
+its val as the protocol does): retained-test accuracy and the OOD AUROC (test vs novel) per score
+(the product's kinds and the ablation kinds of `ferl.benchmarks.ood_kinds`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cbm.data.concept_tables import load_concept_table
 from cbm.heads import make_head
 from ferl import FERLClassifier
 from ferl import metrics as M
+from ferl.benchmarks.ood import ferl_score
 
 #: (label, factory) of every candidate; FERL candidates are the preset plus these parameters.
 BANDS = dict(min_samples_leaf=1)
@@ -80,7 +82,7 @@ def openworld_fold(fold: Path) -> None:
         acc = 100 * np.mean(head.predict(X["test"]) == classes[t["test"].y])
         line = f"{settings:<9} test accuracy {acc:5.1f}  AUROC"
         for kind in ("typical", "leaf", "prototype", "nll", "residual", "combined", "ignorance", "firing"):
-            a, b = head.model_.ood_score(X["test"], kind), head.model_.ood_score(X["novel"], kind)
+            a, b = ferl_score(head.model_, X["test"], kind), ferl_score(head.model_, X["novel"], kind)
             auroc = roc_auc_score(np.r_[np.zeros(a.size), np.ones(b.size)], np.r_[a, b])
             line += f"  {kind} {100 * auroc:5.1f}"
         print(line, flush=True)

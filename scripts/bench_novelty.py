@@ -18,21 +18,24 @@ data set (means over seeds) and mean, std, min and max rows over data sets:
   ``ferl.benchmarks``; ``near``, every feature set ``0.1 + 0.4 u`` ranges beyond a random end of its
   training range (the protocol of ``tests/ferl/test_novelty.py``); ``one``, one random feature per
   input set ``0.25 + u`` ranges beyond a random end. AUROC (OOD positive) of the firing score with
-  the gates on and off, of the ignorance (on / off) and of the combined score (on), the mean leaf
+  the gates on and off, of the ignorance (on / off) and of the default ``typical`` score (on), the mean leaf
   firing of the OOD inputs (on), and the in-distribution accuracy change gates on - off (points).
 * **loco**: leave-one-class-out on data sets with 3+ classes (at most 4 held-out classes per
-  seed): AUROC of each ``ood_score`` kind and of the discounted ignorance (``novelty_discount``).
+  seed): AUROC of each kind of `ferl.benchmarks.ood.FERL_OOD_KINDS` (the product's ``typical`` and
+  ``ignorance`` and the ablation kinds of `ferl.benchmarks.ood_kinds`) and of the discounted ignorance
+  (``novelty_discount``).
 
 The last three studies use the tabular benchmark's folds (``ferl.benchmarks.protocol``, seed 0; each
 ``--seeds`` value is a fold number) and measure on the fold's **calibration** part, never its test
 part, so that they can choose defaults:
 
 * **select**: leave-one-class-out (at most 4 held-out classes per fold, drawn with the fold number):
-  AUROC of ``leaf`` (the default, ``T / d + LEAF_RESIDUAL R + F``), of ``nll`` (the same with
+  AUROC of ``typical`` (the product's default), of its part ``leaf`` (``T / d + LEAF_RESIDUAL R +
+  F``, an ablation kind now, as are the others), of ``nll`` (the same with
   ``R / 2``), of that sum with the other weights of ``R`` in `RESIDUAL_WEIGHTS` (``R*w``), of the
   leaf Gaussians' ``T`` alone, of ``residual``, of ``combined`` and of kNN (k = 5) on the same inputs.
 * **discount**: the same held-out classes with ``novelty_discount`` off and on: AUROC of the
-  ignorance and of ``nll``, abstention rates of retained and held-out inputs.
+  ignorance and of ``typical``, abstention rates of retained and held-out inputs.
 * **id**: every class retained, discount off and on: accuracy, set coverage, mean set size and
   abstention rate (0-100 except the set size).
 """
@@ -49,10 +52,10 @@ from sklearn.preprocessing import MinMaxScaler
 from ferl import FERLClassifier
 from ferl import metrics as M
 from ferl.benchmarks.keel import default_data_root, list_datasets, load_keel
-from ferl.benchmarks.ood import KNNDetector
+from ferl.benchmarks.ood import FERL_OOD_KINDS, KNNDetector, ferl_score
+from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.benchmarks.protocol import make_splits, scale_fold
 from ferl.metrics import ood_auroc
-from ferl.novelty.scores import OOD_KINDS
 
 #: Other weights of the residual ``R`` in the ``leaf`` score that the select study compares.
 RESIDUAL_WEIGHTS = (0.125, 0.0)
@@ -112,17 +115,17 @@ def geometric(X, y, seed):
     acc = {}
     for name, push in (("all", push_all), ("near", push_near), ("one", push_one)):
         X_ood = push(X_te, rng)
-        row[f"{name}_ood_firing"] = float(np.mean(1.0 - clf.ood_score(X_ood, "firing")))
+        row[f"{name}_ood_firing"] = float(np.mean(1.0 - ablation_score(clf, X_ood, "firing")))
         for gates in (True, False):
             clf.set_params(bounded_support=gates)
             tag = "on" if gates else "off"
-            row[f"{name}_firing_{tag}"] = ood_auroc(clf.ood_score(X_te, "firing"),
-                                                    clf.ood_score(X_ood, "firing"))
+            row[f"{name}_firing_{tag}"] = ood_auroc(ablation_score(clf, X_te, "firing"),
+                                                    ablation_score(clf, X_ood, "firing"))
             row[f"{name}_ignorance_{tag}"] = ood_auroc(clf.ood_score(X_te, "ignorance"),
                                                        clf.ood_score(X_ood, "ignorance"))
             acc[tag] = float(np.mean(clf.predict(X_te) == y_te))
         clf.set_params(bounded_support=True)
-        row[f"{name}_combined_on"] = ood_auroc(clf.ood_score(X_te), clf.ood_score(X_ood))
+        row[f"{name}_typical_on"] = ood_auroc(clf.ood_score(X_te), clf.ood_score(X_ood))
     row["acc_change_pts"] = 100.0 * (acc["on"] - acc["off"])
     return row
 
@@ -134,14 +137,14 @@ def loco(X, y, seed, max_classes=4):
     X_tr, X_te, y_tr, y_te = train_test_split(X, y, test_size=0.3, random_state=seed, stratify=y)
     held_out = np.random.default_rng(seed).choice(classes, size=min(max_classes, len(classes)),
                                                   replace=False)
-    scores = {kind: [] for kind in (*OOD_KINDS, "discounted")}
+    scores = {kind: [] for kind in (*FERL_OOD_KINDS, "discounted")}
     for held in held_out:
         keep = y_tr != held
         scaler = MinMaxScaler().fit(X_tr[keep])
         clf = FERLClassifier("deep", random_state=seed).fit(scaler.transform(X_tr[keep]), y_tr[keep])
         X_id, X_ood = scaler.transform(X_te[y_te != held]), scaler.transform(X_te[y_te == held])
-        for kind in OOD_KINDS:
-            scores[kind].append(ood_auroc(clf.ood_score(X_id, kind), clf.ood_score(X_ood, kind)))
+        for kind in FERL_OOD_KINDS:
+            scores[kind].append(ood_auroc(ferl_score(clf, X_id, kind), ferl_score(clf, X_ood, kind)))
         clf.set_params(novelty_discount=True)
         scores["discounted"].append(ood_auroc(clf.ood_score(X_id, "ignorance"),
                                               clf.ood_score(X_ood, "ignorance")))
@@ -183,7 +186,7 @@ def _per_held_class(X, y, fold, prefix, score):
 
 def _select_row(clf, X_fit, X_id, X_ood):
     kinds = ("typical", "leaf", "prototype", "nll", "combined", "residual")
-    scores = {k: [clf.ood_score(Z, k) for Z in (X_id, X_ood)] for k in kinds}
+    scores = {k: [ferl_score(clf, Z, k) for Z in (X_id, X_ood)] for k in kinds}
     row = {k: ood_auroc(*s) for k, s in scores.items()}
     for w in RESIDUAL_WEIGHTS:  # T / d + w R + F: "nll" less (1/2 - w) R
         (n_id, n_ood), (r_id, r_ood) = scores["nll"], scores["residual"]
@@ -196,7 +199,7 @@ def _select_row(clf, X_fit, X_id, X_ood):
 
 
 def _discount_row(clf, X_fit, X_id, X_ood):
-    row = {"nll": ood_auroc(clf.ood_score(X_id), clf.ood_score(X_ood))}
+    row = {"typical": ood_auroc(clf.ood_score(X_id), clf.ood_score(X_ood))}
     for tag, on in (("off", False), ("on", True)):
         clf.set_params(novelty_discount=on)
         ev_id, ev_ood = clf.evidence(X_id), clf.evidence(X_ood)

@@ -1,8 +1,11 @@
 """Which FERL OOD score should flag novel inputs? Each kind's AUROC and rejection rate on a run.
 
-For each FERL head of the run (raw and calibrated inputs) and each OOD score kind, the held-out
-(``novel``) images against the test images: AUROC, and the share of held-out images above the
-threshold that accepts 95 % of the val images (the rule ``fit-head`` stores and ``predict`` applies).
+For a FERL head of the run (raw and calibrated inputs) and each OOD score kind, the product's
+(``ood_score``: ``typical``, ``ignorance`` and, with learned weights of evidence, ``energy``) and the
+ablations' (`ferl.benchmarks.ood_kinds`), the held-out (``novel``) images against the test images:
+AUROC, and the share of held-out images above the threshold that accepts 95 % of the val images (the
+rule ``fit-head`` stores and ``predict`` applies). The kind ``predict`` flags with
+(`ferl.novelty.default_kind`) is marked.
 
 Examples
 --------
@@ -15,7 +18,8 @@ import sys
 
 from cbm.report.run import load_run
 from ferl import metrics as M
-from ferl.novelty.scores import OOD_KINDS
+from ferl.benchmarks.ood import FERL_OOD_KINDS, ferl_score
+from ferl.novelty import default_kind
 
 
 def main(run_dir: str, head: str = "ferl-deep") -> None:
@@ -27,10 +31,12 @@ def main(run_dir: str, head: str = "ferl-deep") -> None:
     for inputs in ("raw", "calibrated"):
         model = run.head(head, inputs).model_
         X = {s: run.concepts(s, inputs) for s in ("val", "test", "novel")}
-        for kind in OOD_KINDS:
-            s = {p: model.ood_score(x, kind) for p, x in X.items()}
+        kinds = (*FERL_OOD_KINDS, "energy") if model.evidence_weights_ is not None else FERL_OOD_KINDS
+        for kind in kinds:
+            s = {p: ferl_score(model, x, kind) for p, x in X.items()}
             m = M.ood_summary(s["val"], s["test"], s["novel"], 0.95)
-            print(f"| {inputs} | {kind} | {100 * m['auroc']:.1f} | {100 * m['reject']:.1f} | "
+            name = f"**{kind}** (predict's)" if kind == default_kind(model) else kind
+            print(f"| {inputs} | {name} | {100 * m['auroc']:.1f} | {100 * m['reject']:.1f} | "
                   f"{100 * m['accept_id']:.1f} |")
 
 

@@ -12,9 +12,11 @@ the per-concept calibrator is fitted on the retained **val** table (`cbm.concept
 detector's cross-fitted ones where the run has them, as ``evaluate-openworld`` picks), and the
 retained **test** images (in-distribution) are compared with the held-out classes' images (OOD):
 
-* AUROC and rejection at 95 % val acceptance (`ferl.metrics.ood_summary`) of every FERL kind, of the
-  ignorance with ``novelty_discount`` on (``ignorance-discounted``: the ``"typical"`` discount,
-  `ferl.novelty.discount`; ``-rules``: the per-source one) and of the dedicated detectors;
+* AUROC and rejection at 95 % val acceptance (`ferl.metrics.ood_summary`) of every FERL kind
+  (`ferl.benchmarks.ood.FERL_OOD_KINDS`: the product's and the ablations',
+  `ferl.benchmarks.ood_kinds`), of the ignorance with ``novelty_discount`` on
+  (``ignorance-discounted``: the ``"typical"`` discount, `ferl.novelty.discount`; ``-rules``: the
+  per-source one) and of the dedicated detectors;
 * abstention rate (credal set = every class) of retained test and held-out images, discount off /
   on / per source (``rules``);
 * attribute naming: precision@3 of the top-3 ``anomalous_features`` of each held-out image against
@@ -41,7 +43,7 @@ from cbm.heads.train_concepts import resolve_train_concepts
 from cbm.openworld.metrics import image_anomaly_ground_truth, precision_at_k
 from ferl import FERLClassifier
 from ferl import metrics as M
-from ferl.benchmarks.ood import DETECTORS, DISCOUNTED, FERL_OOD_KINDS
+from ferl.benchmarks.ood import DETECTORS, DISCOUNTED, FERL_OOD_KINDS, ferl_score
 from ferl.novelty import discount as evidence_discount
 
 
@@ -73,7 +75,7 @@ def evaluate(fold_dir: Path, seed: int, retained: list[int], profiles, heldout_p
         X["train"] = X.pop(CROSSFIT_SPLIT)
     parts = ("val", "test", heldout_part)
     clf = FERLClassifier("deep", random_state=seed).fit(X["train"], tables["train"].y)
-    scores = {k: {p: clf.ood_score(X[p], k) for p in parts} for k in FERL_OOD_KINDS}
+    scores = {k: {p: ferl_score(clf, X[p], k) for p in parts} for k in FERL_OOD_KINDS}
     for b in DETECTORS:
         det = DETECTORS[b][1](seed).fit(X["train"], tables["train"].y)
         scores[b] = {p: det.score(X[p]) for p in parts}

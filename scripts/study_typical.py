@@ -15,7 +15,8 @@ or L2 (**eu**). For each: ``E`` alone, ``t_leaf + t_E`` and ``"typical" + t_E`` 
 in `ferl.novelty.prototypes`: ``t_E`` is `ferl.novelty.prototypes.tail_nats` of ``E`` among the leave-self-out
 distances of the reference training rows).
 
-Beside them: the ``"leaf"`` and ``"prototype"`` kinds alone and the 5-NN detector of
+Beside them: the ``"leaf"`` and ``"prototype"`` kinds alone (ablation kinds,
+`ferl.benchmarks.ood_kinds`) and the 5-NN detector of
 `ferl.benchmarks.ood` (Euclidean, raw inputs, the k-th distance). AUROC: held-out classes against
 retained-class inputs (`ferl.metrics.ood`).
 
@@ -47,6 +48,7 @@ from cbm.heads.train_concepts import resolve_train_concepts
 from ferl import FERLClassifier
 from ferl.benchmarks.keel import default_data_root, list_datasets, load_keel
 from ferl.benchmarks.ood import KNNDetector
+from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.benchmarks.protocol import make_splits, scale_fold
 from ferl.metrics.ood import ood_auroc
 from ferl.novelty.prototypes import nearest_prototype, reference_rows, tail_nats
@@ -89,11 +91,12 @@ def unit_variants(clf: FERLClassifier, X_train: np.ndarray, parts: dict) -> dict
     """``"typical"`` with the prototype distance in ranges or sds and the leaf term with 0 or R/4."""
     lg, P, ref = clf.leaf_gaussians_, clf.rule_prototypes_, reference_rows(np.ones(X_train.shape[0]))
     sd = np.ones(X_train.shape[1])
-    ref_leaf, ref_residual = clf.ood_score(X_train[ref], "leaf"), clf.ood_score(X_train[ref], "residual")
+    ref_leaf = ablation_score(clf, X_train[ref], "leaf")
+    ref_residual = ablation_score(clf, X_train[ref], "residual")
     ref_d = {"": P.reference[1], ", D in sd": np.sort(nearest_prototype(X_train[ref], lg, P.index, sd)[0])}
     out: dict = {}
     for part, X in parts.items():
-        leaf, residual = clf.ood_score(X, "leaf"), clf.ood_score(X, "residual")
+        leaf, residual = ablation_score(clf, X, "leaf"), ablation_score(clf, X, "residual")
         distance = {"": nearest_prototype(X, lg, P.index, P.unit)[0],
                     ", D in sd": nearest_prototype(X, lg, P.index, sd)[0]}
         for w in (0.0, 0.25):
@@ -103,7 +106,7 @@ def unit_variants(clf: FERLClassifier, X_train: np.ndarray, parts: dict) -> dict
                 out.setdefault(name, {})[part] = t_leaf + tail_nats(ref_d[tag], distance[tag])
         np.testing.assert_allclose(out["typical"][part], clf.ood_score(X, "typical"), rtol=1e-9)
     for kind in ("leaf", "prototype"):
-        out[kind] = {part: clf.ood_score(X, kind) for part, X in parts.items()}
+        out[kind] = {part: ablation_score(clf, X, kind) for part, X in parts.items()}
     knn = KNNDetector().fit(X_train)
     out["kNN detector"] = {part: knn.score(X) for part, X in parts.items()}
     return out
@@ -118,7 +121,7 @@ def exemplar_variants(clf: FERLClassifier, X_train: np.ndarray, parts: dict) -> 
     for part, X in parts.items():
         queries = {"raw": X, "std": standardise(X, lg.center, lg.scale)}
         top = top_leaf(clf, X)
-        t_leaf = tail_nats(clf.rule_prototypes_.reference[0], clf.ood_score(X, "leaf"))
+        t_leaf = tail_nats(clf.rule_prototypes_.reference[0], ablation_score(clf, X, "leaf"))
         typical = clf.ood_score(X, "typical")
         for k, metric, unit, scope in CONFIGS:
             A = units[unit]

@@ -145,7 +145,8 @@ def ferl_kernels_compiled() -> None:
     runs load them (about a second). Tests with other input types still compile their own
     specialisations (a second or two each, once)."""
     from ferl import PRESETS, FERLClassifier
-    from ferl.novelty.scores import OOD_KINDS
+    from ferl.benchmarks.ood_kinds import ABLATION_KINDS, ablation_score
+    from ferl.novelty import OOD_KINDS
 
     rng = np.random.default_rng(0)
     y = np.repeat(np.arange(3), 40)
@@ -158,6 +159,8 @@ def ferl_kernels_compiled() -> None:
         for kind in OOD_KINDS:
             if kind != "energy" or model.evidence_weights_ is not None:  # energy needs learned weights
                 model.ood_score(X, kind=kind)
+        for kind in ABLATION_KINDS:
+            ablation_score(model, X, kind)
         model.anomalous_features(X[:3])
         model.robustness_radius(X[:3])
         model.explain(X[0])

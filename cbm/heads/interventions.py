@@ -65,7 +65,7 @@ class HeadOutputs:
     ignorance : ndarray of shape (n,) or None
         FERL's ``m(Theta)``.
     ood : ndarray of shape (n,) or None
-        FERL's OOD score of kind ``ood_kind`` (higher = more novel).
+        FERL's OOD score of the kind :func:`head_outputs` was given (higher = more novel).
     """
 
     proba: np.ndarray
@@ -79,23 +79,26 @@ class HeadOutputs:
         return np.argmax(self.proba, axis=1)
 
 
-def head_outputs(head: ConceptHead, X: np.ndarray, ood_kind: str | None = "combined") -> HeadOutputs:
+def head_outputs(head: ConceptHead, X: np.ndarray, ood_kind: str | None = None,
+                 ood: bool = True) -> HeadOutputs:
     """Every output of ``head`` on concept vectors ``X`` (n, k) in [0, 1].
 
     For FERL heads the evidence is combined once (probabilities, sets and ignorance from the same
-    pass) and the OOD score of kind ``ood_kind`` is added (None: skipped).
+    pass) and, with ``ood``, the OOD score of kind ``ood_kind`` is added (`ferl.novelty.kinds.OOD_KINDS`;
+    None: the head's own, :attr:`cbm.heads.FERLHead.ood_kind`, the kind ``predict`` flags with).
 
     Raises
     ------
     ValueError
-        Bad concept vectors (see `ConceptHead.predict_proba`), an unknown OOD kind.
+        Bad concept vectors (see `ConceptHead.predict_proba`), an OOD kind not of
+        `ferl.novelty.kinds.OOD_KINDS`.
     """
     if not is_evidential(head):
         return HeadOutputs(head.predict_proba(X))
     X = head._check_X(X)
     ev = head.model_.evidence(X)
-    ood = head.model_.ood_score(X, ood_kind) if ood_kind is not None else None
-    return HeadOutputs(ev.pignistic, ev.credal_set, ev.ignorance, ood)
+    score = head.model_.ood_score(X, ood_kind or head.ood_kind) if ood else None
+    return HeadOutputs(ev.pignistic, ev.credal_set, ev.ignorance, score)
 
 
 def reached_concepts(head: ConceptHead, X: np.ndarray) -> np.ndarray:

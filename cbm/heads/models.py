@@ -19,7 +19,7 @@ from cbm.heads.base import ConceptHead, classes_from, classes_meta
 from ferl import FERLClassifier
 from ferl.io.persist import atomic_write_bytes, read_model, write_model
 from ferl.metrics import fit_acceptance_threshold
-from ferl.novelty.scores import OOD_KINDS
+from ferl.novelty.kinds import ABLATION_KINDS, OOD_KINDS, check_kind, default_kind
 from ferl.rules import COLUMN_LEGEND
 
 __all__ = ["CARTHead", "CONCEPT_SETTINGS", "FERLHead", "FERL_SETTINGS", "LRHead", "RestrictedLRHead"]
@@ -59,7 +59,8 @@ class FERLHead(ConceptHead):
 
     ``ood_threshold_`` (None until `fit_ood_threshold`, saved in ``head.json``) is the run's novelty
     threshold: ``{"kind", "accept", "value", "fitted_on", "n"}``; an input whose OOD score of that
-    kind exceeds ``value`` is flagged as novel (``predict`` reads it).
+    kind exceeds ``value`` is flagged as novel (``predict`` reads it). `ood_kind` is the kind every
+    output of the head shows.
 
     The model keeps the paper's read-out (``novelty_discount=False``), chosen by measurement with
     the per-source discount of the time (``"rules"``): on CUB-50 (frozen EfficientNet-Lite0
@@ -68,8 +69,8 @@ class FERLHead(ConceptHead):
     -> 0.98: under that shift every source looks atypical), while on the synthetic open world (2
     folds) it raised held-out abstention only from 9.9 % to 12.5 %. The ``"typical"`` discount
     (`ferl.novelty.discount`) keeps the predicted class, but a shift that makes every input look
-    atypical makes every input abstain (not measured on the heads). Novelty is read from the default score
-    and the run's threshold instead.
+    atypical makes every input abstain (not measured on the heads). Novelty is read from the head's kind
+    of OOD score (`ood_kind`) and the run's threshold instead.
     """
 
     kind = "ferl"
@@ -121,6 +122,12 @@ class FERLHead(ConceptHead):
         ValueError: bad concept vectors, ``abstain`` outside [0, 1)."""
         self.model_.calibrate_discount(self._check_X(X), abstain=abstain, coverage=self.coverage_)
 
+    @property
+    def ood_kind(self) -> str:
+        """The kind of OOD score the head's outputs use (``predict``'s flag, explanations, reports):
+        its threshold's (`ood_threshold_`), else the model's (`ferl.novelty.default_kind`)."""
+        return default_kind(self.model_) if self.ood_threshold_ is None else self.ood_threshold_["kind"]
+
     def fit_ood_threshold(self, X: np.ndarray, accept: float = 0.95, kind: str | None = None,
                           fitted_on: str = "val") -> dict:
         """Fit the novelty threshold that accepts ``accept`` of the in-distribution inputs ``X``.
@@ -128,11 +135,10 @@ class FERLHead(ConceptHead):
         The open-world protocol's rule (:func:`ferl.metrics.fit_acceptance_threshold`, paper Table 3
         "Reject" column): the ``ceil(accept * n)``-th smallest OOD score of ``X`` (n, k), so "score <=
         value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 %.
-        ``kind`` None: ``energy`` for a head with learned weights of evidence (the open-world score
-        that ranks held-out classes best on real concept vectors, ahead of a logistic regression's
-        own energy and entropy; docs/results/real-heads.md), else ``leaf``, which flagged the most
-        held-out images of a demo run's tree-evidence head (``python scripts/bench_ood_kinds.py
-        runs/demo``).
+        ``kind`` (`ferl.novelty.kinds.OOD_KINDS`) None: the model's, `ferl.novelty.default_kind`:
+        ``energy`` for a head with learned weights of evidence (the open-world score that ranks
+        held-out classes best on real concept vectors, ahead of a logistic regression's own energy
+        and entropy; docs/results/real-heads.md), else ``typical``.
 
         Returns
         -------
@@ -144,8 +150,7 @@ class FERLHead(ConceptHead):
         ValueError
             Bad concept vectors, an unknown ``kind``, ``accept`` outside (0, 1].
         """
-        if kind is None:
-            kind = "energy" if getattr(self.model_, "evidence_weights_", None) is not None else "leaf"
+        kind = default_kind(self.model_) if kind is None else check_kind(kind)
         scores = self.model_.ood_score(self._check_X(X), kind)
         self.ood_threshold_ = {"kind": kind, "accept": float(accept),
                                "value": fit_acceptance_threshold(scores, accept), "fitted_on": fitted_on,
@@ -181,7 +186,8 @@ class FERLHead(ConceptHead):
 
 def _checked_threshold(threshold, path) -> dict | None:
     """A saved novelty threshold, or ValueError naming what is wrong (a null value gave a TypeError
-    later, a NaN one flagged nothing)."""
+    later, a NaN one flagged nothing; a kind the product no longer offers, an ablation kind such as
+    ``leaf``, the tree-evidence heads' kind before issue 33, asks for a refit)."""
     if threshold is None:
         return None
     where = f"{path}/head.json: ood_threshold"
@@ -189,8 +195,12 @@ def _checked_threshold(threshold, path) -> dict | None:
         raise ValueError(f"{where} must be an object or null, got {threshold!r}; refit the head (fit-head)")
     value, accept = threshold.get("value"), threshold.get("accept")
     problems = []
-    if threshold.get("kind") not in OOD_KINDS:
-        problems.append(f"kind must be one of {list(OOD_KINDS)}, got {threshold.get('kind')!r}")
+    kind = threshold.get("kind")
+    if kind in ABLATION_KINDS:
+        problems.append(f"kind {kind!r} is an ablation kind of OOD score, no longer one the product flags "
+                        f"with ({list(OOD_KINDS)})")
+    elif kind not in OOD_KINDS:
+        problems.append(f"kind must be one of {list(OOD_KINDS)}, got {kind!r}")
     if isinstance(accept, bool) or not isinstance(accept, int | float) or not 0 < accept <= 1:
         problems.append(f"accept must be in (0, 1], got {accept!r}")
     if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):

@@ -67,7 +67,7 @@ def _kl(p: np.ndarray, q: np.ndarray) -> np.ndarray:
 
 
 def _proba(head: ConceptHead, X: np.ndarray) -> np.ndarray:
-    return np.concatenate([head_outputs(head, X[i:i + _CHUNK_ROWS], None).proba
+    return np.concatenate([head_outputs(head, X[i:i + _CHUNK_ROWS], ood=False).proba
                            for i in range(0, len(X), _CHUNK_ROWS)])
 
 

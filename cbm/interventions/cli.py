@@ -22,7 +22,7 @@ from cbm.interventions.protocol import InterventionSettings, evaluate_interventi
 from cbm.interventions.run import FITS
 from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
-from ferl.novelty.scores import OOD_KINDS
+from ferl.novelty import OOD_KINDS
 
 __all__ = ["evaluate_interventions_main", "interventions_parser"]
 
@@ -51,7 +51,8 @@ def interventions_parser() -> ArgumentParser:
     p.add_argument("--max-rows", type=int | None, default=_DEFAULTS.max_rows,
                    help="rows per split (null: all)")
     p.add_argument("--expert", type=str, default=_DEFAULTS.expert, help=f"of {list(EXPERT_MODES)}")
-    p.add_argument("--ood-kind", type=str, default=_DEFAULTS.ood_kind, help=f"of {list(OOD_KINDS)}")
+    p.add_argument("--ood-kind", type=str | None, default=_DEFAULTS.ood_kind,
+                   help=f"of {list(OOD_KINDS)} (default: each FERL head's own, the kind predict flags with)")
     p.add_argument("--seed", type=int, default=_DEFAULTS.seed,
                    help="heads fitted here, row subset, random policy")
     return p

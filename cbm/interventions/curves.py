@@ -83,7 +83,7 @@ class Curve:
 
 def intervention_curve(head: ConceptHead, X: np.ndarray, answers: np.ndarray, groups: ConceptGroups,
                        expert: ExpertValues, policy: str, ks: Sequence[int], seed: int = 0,
-                       y_idx: np.ndarray | None = None, ood_kind: str = "combined") -> Curve:
+                       y_idx: np.ndarray | None = None, ood_kind: str | None = None) -> Curve:
     """Answer groups one policy step at a time and measure the head at every k of ``ks``.
 
     Parameters
@@ -104,8 +104,9 @@ def intervention_curve(head: ConceptHead, X: np.ndarray, answers: np.ndarray, gr
         Seed of the random policy.
     y_idx : ndarray of shape (n,), optional
         True class index per row in ``head.classes_`` (None: no accuracy or coverage).
-    ood_kind : str
-        FERL OOD score kind.
+    ood_kind : str or None
+        FERL OOD score kind (`ferl.novelty.kinds.OOD_KINDS`); None: the head's own
+        (:attr:`cbm.heads.FERLHead.ood_kind`).
 
     Returns
     -------

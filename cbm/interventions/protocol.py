@@ -36,7 +36,7 @@ from cbm.interventions.report import curves_figure, curves_markdown
 from cbm.interventions.run import FITS, RunConcepts, load_concepts, open_head
 from ferl import metrics as M
 from ferl.io.persist import atomic_write_bytes, atomic_write_text
-from ferl.novelty.scores import OOD_KINDS
+from ferl.novelty.kinds import check_kind
 
 __all__ = ["OUT_DIR", "InterventionSettings", "check_comparable", "evaluate_interventions", "evaluate_run",
            "run_dirs"]
@@ -67,8 +67,9 @@ class InterventionSettings:
     max_rows : int or None
         Rows per split (a seeded random subset when the split is larger).
     expert : {"auto", "labels", "percentiles"}
-    ood_kind : str
-        FERL's OOD score (``FERLClassifier.ood_score`` kind).
+    ood_kind : str or None
+        FERL's OOD score, a kind of `ferl.novelty.kinds.OOD_KINDS`; None: each head's own, the kind
+        ``predict`` flags with (:attr:`cbm.heads.FERLHead.ood_kind`).
     seed : int
         Seed of the heads fitted here, the row subset and the random policy.
     """
@@ -81,7 +82,7 @@ class InterventionSettings:
     ks: tuple | None = None
     max_rows: int | None = 2000
     expert: str = "auto"
-    ood_kind: str = "combined"
+    ood_kind: str | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -100,8 +101,8 @@ class InterventionSettings:
             raise ValueError(f"inputs must be 'raw' or 'calibrated', got {self.inputs!r}")
         if self.expert not in EXPERT_MODES:
             raise ValueError(f"expert must be one of {list(EXPERT_MODES)}, got {self.expert!r}")
-        if self.ood_kind not in OOD_KINDS:
-            raise ValueError(f"ood_kind must be one of {list(OOD_KINDS)}, got {self.ood_kind!r}")
+        if self.ood_kind is not None:
+            check_kind(self.ood_kind, "ood_kind")
         if self.max_rows is not None and self.max_rows < 1:
             raise ValueError(f"max_rows must be >= 1 or null, got {self.max_rows}")
         if self.ks is not None and (not self.ks or min(self.ks) < 0):
@@ -155,8 +156,9 @@ def evaluate_run(name: str, run_dir: Path, settings: InterventionSettings,
             test = run.tables["test"]
             y_idx = rh.head.class_index(run.class_names[test.y[rows["test"]]])
             answers_test = test.concept_labels[rows["test"]]
-            true_pred = head_outputs(rh.head, rh.expert(answers_test), None).pred
-            truth.append({"run": name, "head": head_name, "fit": fit,
+            true_pred = head_outputs(rh.head, rh.expert(answers_test), ood=False).pred
+            kind = (settings.ood_kind or rh.head.ood_kind) if is_evidential(rh.head) else None
+            truth.append({"run": name, "head": head_name, "fit": fit, "ood_kind": kind,
                           "true_concepts_accuracy": M.accuracy(y_idx, true_pred)})
             for policy in settings.policies:
                 if policy == "evidence" and not is_evidential(rh.head):
@@ -167,7 +169,7 @@ def evaluate_run(name: str, run_dir: Path, settings: InterventionSettings,
                     table = run.tables[split]
                     curve = intervention_curve(
                         rh.head, rh.concepts(split)[idx], table.concept_labels[idx], run.groups, rh.expert,
-                        policy, ks, settings.seed, y_idx if split == "test" else None, settings.ood_kind)
+                        policy, ks, settings.seed, y_idx if split == "test" else None, kind)
                     ood[split] = curve.ood
                     for point in curve.points:
                         auroc = (M.ood_auroc(ood["test"][point["k"]], curve.ood[point["k"]])

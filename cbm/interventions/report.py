@@ -138,7 +138,7 @@ def _sets_table(mean: pd.DataFrame) -> list[str]:
     return [markdown_table(pd.DataFrame(rows))]
 
 
-def _novel_table(mean: pd.DataFrame) -> list[str]:
+def _novel_table(mean: pd.DataFrame, true_acc: pd.DataFrame) -> list[str]:
     novel = mean[(mean["split"] == "novel") & mean["ood"].notna()]
     if novel.empty:
         return []
@@ -146,7 +146,9 @@ def _novel_table(mean: pd.DataFrame) -> list[str]:
     rows = []
     for (head, fit, policy), curve in novel.groupby(["head", "fit", "policy"], sort=False):
         by_k = curve.set_index("k")
+        kinds = true_acc[(true_acc["head"] == head) & (true_acc["fit"] == fit)]["ood_kind"].dropna().unique()
         rows.append({"Head": _label(head, fit), "Policy": _POLICY_LABELS.get(policy, policy),
+                     "OOD score": " / ".join(kinds) or "–",
                      **{f"k={k}": f"{by_k.at[k, 'ood']:.2f} / {_fmt(by_k.at[k, 'auroc'], None)}"
                         for k in ks}})
     return [markdown_table(pd.DataFrame(rows))]
@@ -160,8 +162,9 @@ def curves_markdown(frame: pd.DataFrame, true_acc: pd.DataFrame, info: dict) -> 
     frame : DataFrame
         The long table (``run`` plus :data:`KEYS`, ``k`` and the metrics).
     true_acc : DataFrame
-        ``run, head, fit, true_concepts_accuracy`` (test accuracy on the expert values of the
-        true concepts).
+        ``run, head, fit, ood_kind, true_concepts_accuracy`` (the kind of the FERL heads' OOD
+        score, :attr:`cbm.heads.FERLHead.ood_kind`, and the test accuracy on the expert values of
+        the true concepts).
     info : dict
         ``title``, ``runs`` (names), ``n_groups``, ``n_one_hot``, ``rows`` (per split), ``settings``.
     """
@@ -188,7 +191,7 @@ def curves_markdown(frame: pd.DataFrame, true_acc: pd.DataFrame, info: dict) -> 
     sets = _sets_table(mean)
     if sets:
         lines += ["", "## FERL credal sets on test: coverage (%) / mean set size / abstention (%)", "", *sets]
-    novel = _novel_table(mean)
+    novel = _novel_table(mean, true_acc)
     if novel:
         lines += ["", "## Held-out classes: mean OOD score / AUROC (%) against the test split at the same k",
                   "", *novel, "Answers move the OOD score of held-out-class images: an answered anomalous "

@@ -78,8 +78,9 @@ __all__ = [
 #: term without the paper's residual and the prototype distance in training ranges; 11: the head of
 #: ``fit-head`` (``ferl_settings``) and the classifier-confidence baselines; 12: the val rows calibrated
 #: out of sample (`cbm.concepts.calibration.crossfit_calibrate`), as ``fit-head`` calibrates the rows
-#: its thresholds are fitted on; 13: the novelty discount at its operating point (``accept`` of val kept);
-#: 14: that point with the split-conformal count.
+#: its thresholds are fitted on; 13: each FERL head's own kind of OOD score (``heads.<h>.ood_kind``,
+#: `ferl.novelty.default_kind`), which the examples show and the report leads with; 14: the novelty
+#: discount at its operating point (``accept`` of val kept, the split-conformal count).
 RESULT_VERSION = 14
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
@@ -133,9 +134,9 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
 
 def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], truth: dict,
              score: float, threshold: float, kind: str, top: int) -> dict:
-    ex = head.model_.explain(x, top_k=top)
+    ex = head.model_.explain(x, top_k=top, kind=kind)
     with discounting(head.model_) as model:
-        on = model.explain(x, top_k=1)
+        on = model.explain(x, top_k=1, kind=kind)
     near, mask = truth[y]
     concepts = head.concept_names_
     top_rule = ex.sources[0].conditions if ex.sources else ()
@@ -171,13 +172,13 @@ class FoldEvaluation:
     Attributes
     ----------
     result : dict
-        JSON-able: ``ood`` (per score: :func:`ferl.metrics.ood_summary`), ``heads`` (per FERL head: retained
-        accuracy, abstention, size, ``naming``: precision@k, the same with the held-out images'
-        true concepts in place of the detector's (``true_concepts_precision@k``: detector errors
-        removed), ``chance`` = |truth| / concepts, and ``image_precision@k`` / ``image_chance``
-        against each image's own concepts (:func:`~cbm.openworld.metrics.image_anomaly_ground_truth`)),
-        ``examples``,
-        ``ground_truth`` and ``steps`` (classes used by every step).
+        JSON-able: ``ood`` (per score: :func:`ferl.metrics.ood_summary`), ``heads`` (per FERL head: its
+        ``ood_kind``, retained accuracy, abstention, size, ``naming``: precision@k, the same with the
+        held-out images' true concepts in place of the detector's (``true_concepts_precision@k``:
+        detector errors removed), ``chance`` = |truth| / concepts, and ``image_precision@k`` /
+        ``image_chance`` against each image's own concepts
+        (:func:`~cbm.openworld.metrics.image_anomaly_ground_truth`)), ``examples``, ``ground_truth``
+        and ``steps`` (classes used by every step).
     scores : dict
         Score name -> part (``val`` / ``test`` / ``novel``) -> ndarray of shape (n_part,).
     calibrator : ConceptCalibrator
@@ -223,6 +224,7 @@ def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], l
     # the same FERL head given the true concepts of the held-out images: detector errors removed
     oracle = _ranked(head, tables["novel"].concept_labels.astype(np.float64), max(top_k))
     return {
+        "ood_kind": head.ood_kind,
         "accuracy": M.accuracy(head.class_index(label_of[tables["test"].y]),
                                np.argmax(head.predict_proba(X["test"]), axis=1)),
         "abstain_test": float(sets["test"].all(axis=1).mean()),
@@ -309,7 +311,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     ood = {d: M.ood_summary(s["val"], s["test"], s["novel"], settings.accept) for d, s in scores.items()}
     explained = []
     if examples:
-        h0, kind0, novel = settings.heads[0], settings.ferl_kinds[0], tables["novel"]
+        h0, novel = settings.heads[0], tables["novel"]  # the head's own kind where it was scored
+        kind0 = next(k for k in (fitted[h0].ood_kind, *settings.ferl_kinds) if f"{h0}:{k}" in scores)
         for c in fold.held_out[: settings.examples_per_fold]:
             i = int(np.flatnonzero(novel.y == c)[0])
             explained.append(_example(fitted[h0], X["novel"][i], str(novel.sample_ids[i]), c, names, truth,

@@ -4,7 +4,10 @@ Values are averaged over the folds of each seed, then shown as mean ± std over 
 two or more seeds; "–" otherwise), rates on the paper's 0-100 scale. The paper's values are printed
 beside ours where the dataset matches. Our copy of the paper gives Table 5's caption but not its
 cells; the values quoted in §5.2's text are the only ones used (:data:`PAPER_TABLE5`,
-:data:`PAPER_NOTES`). The paper's FERL row is its "native residual" score (``ferl-deep:residual``).
+:data:`PAPER_NOTES`). The paper's FERL row is its "native residual" score (``ferl-deep:residual``),
+an ablation kind here (`ferl.benchmarks.ood_kinds`). The report leads with each FERL head's own
+score, the kind ``predict`` flags with (:func:`lead_detectors`), and the baselines; FERL's other
+scores go to an appendix table.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "examples_markdown",
     "heads_frame",
     "heads_markdown",
+    "lead_detectors",
     "per_fold_frame",
     "roc_png",
     "seed_summary",
@@ -71,6 +75,17 @@ def detector_label(name: str) -> str:
     if kind:
         return f"{HEAD_LABELS.get(head, head)} ({kind})"
     return DETECTORS[name][0] if name in DETECTORS else name
+
+
+def lead_detectors(results: Sequence[dict], detectors: Sequence[str]) -> list[str]:
+    """The scores a report leads with: each FERL head's own kind (``heads.<h>.ood_kind`` of the fold
+    results, the kind ``predict`` flags with; a head without one: its first score) and the
+    baselines, in the order of ``detectors``; the other FERL scores belong in an appendix."""
+    own = {f"{h}:{m['ood_kind']}" for r in results for h, m in r["heads"].items() if "ood_kind" in m}
+    heads = {d.partition(":")[0] for d in detectors if ":" in d}
+    own |= {next(d for d in detectors if d.startswith(f"{h}:")) for h in heads
+            if not any(o.startswith(f"{h}:") for o in own)}
+    return [d for d in detectors if ":" not in d or d in own]
 
 
 def per_fold_frame(results: Sequence[dict]) -> pd.DataFrame:
@@ -283,7 +298,9 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
     atomic_write_text(files["summary"], summary.to_csv(index=False))
     atomic_write_text(files["examples"], examples_markdown(results))
     detectors = list(dict.fromkeys(folds["detector"]))
-    atomic_write_bytes(files["roc"], roc_png(out, results, detectors))
+    lead = lead_detectors(results, detectors)
+    others = [d for d in detectors if d not in lead]
+    atomic_write_bytes(files["roc"], roc_png(out, results, lead))
     figures = curve_figures([out / FOLD_DIR.format(seed=r["seed"], fold=r["fold"]) for r in results], results,
                             record["settings"]["heads"][0], detector_label)
     for name, data in figures.items():
@@ -294,11 +311,12 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
         f"# Open-world evaluation: {record['name']}", "",
         f"Mean ± std over {n_seeds} seed(s) of the mean over folds {record['folds']}; rates in %.", "",
         "## Detection of held-out classes (layout of the paper's Table 5)", "",
-        table5_markdown(ood_sum, paper), "",
-        "Held-out-class test images are the positives. FPR95: share of retained-class test images "
-        "flagged at the threshold that catches 95 % of held-out ones. Reject: share of held-out images "
-        f"above the threshold that accepts {100 * record['settings']['accept']:.0f} % of retained-class "
-        "validation images.", "",
+        table5_markdown(ood_sum[ood_sum["detector"].isin(lead)], paper), "",
+        "Each FERL head's row is its own score, the kind `predict` flags with; its other scores are in "
+        "the appendix. Held-out-class test images are the positives. FPR95: share of retained-class test "
+        "images flagged at the threshold that catches 95 % of held-out ones. Reject: share of held-out "
+        f"images above the threshold that accepts {100 * record['settings']['accept']:.0f} % of "
+        "retained-class validation images.", "",
     ]
     reference = paper or {"cub": "cub200"}.get(record["dataset"])
     if reference in PAPER_NOTES:
@@ -306,11 +324,12 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
     if record["dataset"] == "awa_features" and paper == "awa2":
         text += ["Our data are AwA1 image features (bag-of-words + PHOG) with the AwA2 predicates, not the "
                  "paper's ResNet-50 on AwA2 images: the paper column is a reference, not a replication.", ""]
+    accepted = ood_sum[ood_sum["metric"] == "accept_id"].set_index("detector")["mean"]
     text += ["Retained test inputs accepted at the threshold (target "
              f"{100 * record['settings']['accept']:.0f} %): "
-             + ", ".join(f"{detector_label(d)} {100 * v:.1f}" for d, v in
-                         ood_sum[ood_sum["metric"] == "accept_id"].set_index("detector")["mean"].items()), "",
-             "ROC curves: `roc.png`; per fold: `per_fold.csv`; summary: `summary.csv`.", "",
+             + ", ".join(f"{detector_label(d)} {100 * v:.1f}" for d, v in accepted[lead].items()), "",
+             "ROC curves (the scores above): `roc.png`; per fold: `per_fold.csv`; summary: "
+             "`summary.csv`.", "",
              "## Attribute naming and the FERL head", "",
              "p@k: share of FERL's top-k anomalous attributes of a held-out image that lie in the "
              "concepts where its class profile differs from the nearest retained class (Hamming distance "
@@ -327,5 +346,11 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
              heads_markdown(head_sum, record["settings"]["top_k"]),
              "Example explanations: `examples.md`.", "", curves_markdown(list(figures)),
              *_done_text(record, results)]
+    if others:
+        text += ["", "## Appendix: FERL's other scores", "",
+                 "The same detection with every other score kind evaluated: the product's other kinds, "
+                 "the ablation kinds (`ferl.benchmarks.ood_kinds`: the parts and predecessors of `typical`, "
+                 "the paper's residual and firing scores) and the class evidence read as a confidence.", "",
+                 table5_markdown(ood_sum[ood_sum["detector"].isin(others)], paper)]
     atomic_write_text(files["report"], "\n".join(text) + "\n")
     return files

@@ -9,8 +9,9 @@ from typing import Any
 
 from ferl.benchmarks.confidence import BETP_KINDS
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED
+from ferl.benchmarks.ood_kinds import ABLATION_KINDS
 from ferl.io.persist import atomic_write_text
-from ferl.novelty.scores import OOD_KINDS
+from ferl.novelty import OOD_KINDS
 
 __all__ = ["KEEP_CHECKPOINTS", "EvalSettings", "check_keep_checkpoints", "prune_checkpoints"]
 
@@ -27,11 +28,14 @@ class EvalSettings:
     heads : tuple of str
         FERL heads of :data:`cbm.heads.HEADS` (``ferl-compact`` / ``ferl-medium`` / ``ferl-deep``).
     ferl_kinds : tuple of str
-        FERL OOD scores (``FERLClassifier.ood_score`` kinds); the first one is the headline
-        score of the examples (``typical``: FERL's default, the leaf Gaussians' score and the
-        distance to the nearest rule prototype combined, `ferl.novelty.prototypes`; ``residual``: the
-        paper's "native residual"; ``ignorance-discounted``: m(Θ) with ``novelty_discount`` on,
-        `ferl.novelty.discount`).
+        FERL OOD scores (`ferl.benchmarks.ood.ferl_score`): the product's kinds
+        (`ferl.novelty.kinds.OOD_KINDS`: ``typical``, the leaf Gaussians' score and the distance to
+        the nearest rule prototype combined, `ferl.novelty.prototypes`; ``energy``, the learned
+        weights'; ``ignorance``), the ablation kinds (`ferl.benchmarks.ood_kinds.ABLATION_KINDS`;
+        ``residual``: the paper's "native residual"), ``ignorance-discounted`` (m(Θ) with
+        ``novelty_discount`` on, `ferl.novelty.discount`) and the class evidence as a confidence
+        (``betp-*``). The report leads with each head's own kind, the one ``predict`` flags with
+        (`ferl.novelty.default_kind`), and its examples show it; the others go to an appendix.
     baselines : tuple of str
         Keys of :data:`ferl.benchmarks.ood.DETECTORS`: the dedicated detectors and a logistic
         regression's own confidence (`ferl.benchmarks.confidence`).
@@ -64,7 +68,7 @@ class EvalSettings:
         if not self.heads or bad_heads:
             raise ValueError(f"heads must be FERL heads (ferl-compact/medium/deep) with OOD scores, "
                              f"got {list(self.heads)}")
-        kinds = (*OOD_KINDS, DISCOUNTED, *BETP_KINDS)
+        kinds = (*OOD_KINDS, *ABLATION_KINDS, DISCOUNTED, *BETP_KINDS)
         bad = [k for k in self.ferl_kinds if k not in kinds]
         if not self.ferl_kinds or bad:
             raise ValueError(f"unknown FERL OOD kinds {bad or 'none'}; choose from {list(kinds)}")

@@ -136,7 +136,8 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
         if r["error"] is not None:
             print(f"not predicted: {r['error']}")
     print(f"predicted {len(rows)} of {len(pred.rows)} input(s) in {time.perf_counter() - start:.1f} s: "
-          f"{sum(r['ood_flag'] for r in rows)} flagged as novel, {sum(r['abstained'] for r in rows)} "
+          f"{sum(r['ood_flag'] for r in rows)} flagged as novel ({pred.threshold['kind']} OOD score), "
+          f"{sum(r['abstained'] for r in rows)} "
           f"abstained, {pred.n_errors} unreadable")
     for f in files:
         print(f"wrote {f}")

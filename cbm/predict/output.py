@@ -81,7 +81,9 @@ def _summary(pred: Predictions) -> list[str]:
             "anomalous_attributes"]
     if any(r["true_class"] is not None for r in pred.rows):
         cols.insert(1, "true_class")
-    lines = ["| # | " + " | ".join(c.replace("_", " ") for c in cols) + " |",
+    kind = pred.threshold["kind"]
+    lines = ["| # | " + " | ".join(f"{kind} OOD score" if c == "ood_score" else c.replace("_", " ")
+                                   for c in cols) + " |",
              "|---:|" + "---|" * len(cols)]
     for i, r in enumerate(pred.rows):
         flat = flat_row(r)
@@ -134,7 +136,8 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
         figures[name] = figure_png(figure, dpi=80, tight=False)
         decision = "**flagged as novel**" if row["ood_flag"] else "within the training distribution"
         lines += [f"![evidence of {row['input']}]({name})", "",
-                  f"OOD score {row['ood_score']:.4g} vs threshold {row['ood_threshold']:.4g}: {decision}.",
+                  f"{row['ood_kind']} OOD score {row['ood_score']:.4g} vs threshold "
+                  f"{row['ood_threshold']:.4g}: {decision}.",
                   "",
                   ex.to_markdown(), ""]
     if len(pred.rows) > limit:

@@ -5,10 +5,11 @@
 >>> result.frame()                                     # one row per input (pandas)
 
 Each input gets the head's class, its credal set (interval dominance; all classes = abstention),
-the ignorance m(Θ), the OOD score and whether it exceeds the run's novelty threshold
+the ignorance m(Θ), the OOD score of the kind the run's novelty threshold uses (named in the
+``ood_kind`` column, :attr:`cbm.heads.FERLHead.ood_kind`), whether it exceeds that threshold
 (:meth:`cbm.heads.FERLHead.fit_ood_threshold`, stored with the head by ``fit-head``), and the
-top-k anomalous attributes. An input that cannot be read keeps its row with an ``error`` and no
-prediction.
+top-k anomalous attributes; the explanations show the score of the same kind. An input that
+cannot be read keeps its row with an ``error`` and no prediction.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ log = logging.getLogger(__name__)
 #: Where a run keeps the detector whose probabilities its concept tables hold.
 CHECKPOINT = Path("detector") / "checkpoints" / "best.ckpt"
 #: The head's outputs in a prediction row (None where the input could not be read).
-OUTPUTS = ("class", "probability", "belief", "set", "set_size", "abstained", "ignorance", "ood_score",
-           "ood_threshold", "ood_flag", "anomalous_attributes")
+OUTPUTS = ("class", "probability", "belief", "set", "set_size", "abstained", "ignorance", "ood_kind",
+           "ood_score", "ood_threshold", "ood_flag", "anomalous_attributes")
 #: The fields of a prediction row, in the order of `Predictions.frame` (and predictions.csv).
 COLUMNS = ("input", *OUTPUTS, "true_class", "error")
 
@@ -59,14 +60,16 @@ class Predictions:
     rows : list of dict
         ``input``, ``class`` (argmax of the pignistic probability), ``probability`` (its BetP),
         ``belief`` (its Bel = m({c})), ``set`` (credal-set classes), ``set_size``, ``abstained``,
-        ``ignorance`` (m(Θ)), ``ood_score``, ``ood_threshold``, ``ood_flag`` (score above the
-        threshold: flagged as novel), ``anomalous_attributes`` (``[(name, score)]``, highest
+        ``ignorance`` (m(Θ)), ``ood_kind`` (the kind of OOD score, the threshold's:
+        `ferl.novelty.kinds.OOD_KINDS`), ``ood_score``, ``ood_threshold``, ``ood_flag`` (score above
+        the threshold: flagged as novel), ``anomalous_attributes`` (``[(name, score)]``, highest
         first), ``true_class`` (when known, else None) and ``error`` (None, or why the input was
         not read; its other fields are then None).
     inputs : list
         The inputs as given (paths or images; None for concept vectors), for pages that show them.
     explain : callable
-        ``explain(i)`` -> :class:`ferl.explain.Explanation` of row ``i`` (None for an error row).
+        ``explain(i)`` -> :class:`ferl.explain.Explanation` of row ``i`` (None for an error row),
+        showing the OOD score of the threshold's kind.
     threshold : dict
         The novelty threshold used (``kind``, ``accept``, ``value``, ``fitted_on``).
     """
@@ -345,7 +348,8 @@ class Pipeline:
                     "class": classes[c], "probability": float(proba[j, c]), "belief": float(mass[j, c]),
                     "set": [classes[m] for m in np.flatnonzero(sets[j])], "set_size": int(sets[j].sum()),
                     "abstained": bool(sets[j].all()), "ignorance": float(ev.ignorance[j]),
-                    "ood_score": float(ood[j]), "ood_threshold": float(self.threshold["value"]),
+                    "ood_kind": self.threshold["kind"], "ood_score": float(ood[j]),
+                    "ood_threshold": float(self.threshold["value"]),
                     "ood_flag": bool(ood[j] > self.threshold["value"]),
                     "anomalous_attributes": [(a.name, float(a.score)) for a in attrs[j]],
                 })
@@ -356,7 +360,9 @@ class Pipeline:
             rows.append(row)
 
         def explain(i: int) -> Explanation | None:
-            return self.head.model_.explain(X[int(index[i])], top_k=self.top_k) if ok[i] else None
+            if not ok[i]:
+                return None
+            return self.head.model_.explain(X[int(index[i])], top_k=self.top_k, kind=self.threshold["kind"])
 
         return Predictions(rows=rows, inputs=[None] * n if inputs is None else list(inputs), explain=explain,
                            threshold=dict(self.threshold))

@@ -145,8 +145,8 @@ def _example_section(kind: str, ex: Example | None, main_head: str, written: dic
         lines += [sentence[0].upper() + sentence[1:] + ".", ""]
     if ex.threshold is not None:
         decision = "**rejected as novel**" if ex.ood_score > ex.threshold else "accepted"
-        lines += [f"OOD score {ex.ood_score:.3g} vs threshold {ex.threshold:.3g} (accepts 95 % of the val "
-                  f"images): {decision}.", ""]
+        lines += [f"{ex.explanation.ood_kind} OOD score {ex.ood_score:.3g} vs threshold {ex.threshold:.3g} "
+                  f"(accepts 95 % of the val images, as `predict` flags): {decision}.", ""]
     if ex.truth is not None:
         named = [a.name for a in ex.explanation.anomalous_features]
         hits = [n for n in named if n in ex.truth]

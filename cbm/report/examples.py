@@ -4,7 +4,9 @@
 confident prediction, a two-class credal set and an abstention or a held-out-class image (the
 most novel one by FERL's OOD score); :func:`choose_and_explain` explains them with the head
 (:meth:`ferl.FERLClassifier.explain`) and adds the image, the OOD threshold and, for a class
-unseen in training, the concepts in which it truly differs from the nearest training class.
+unseen in training, the concepts in which it truly differs from the nearest training class. The OOD
+score is everywhere of the head's kind, the one ``predict`` flags with
+(:attr:`cbm.heads.FERLHead.ood_kind`), and the explanations name it.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ class Example:
     true_class : str
     explanation : ferl.explain.Explanation
     ood_score : float
-        FERL's combined OOD score (higher = more novel).
+        FERL's OOD score (higher = more novel), of the kind ``explanation.ood_kind``, the head's.
     threshold : float or None
-        Score threshold accepting 95 % of the val images (None without a val table).
+        Score threshold accepting 95 % of the val images: the head's stored one (``predict``'s),
+        else fitted here on the val table (None without either).
     truth : list of str or None
         For a class unseen in train: the concepts in which its class profile differs from the
         nearest training class(es) (None when unknown).
@@ -184,29 +187,35 @@ def pick_examples(
 def head_outputs(head: FERLHead, X: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
     """The arrays :func:`pick_examples` reads, for concept vectors ``X`` (n, k) and class names ``y``.
 
-    ``y`` holds class names; a class the head never saw gets column -1.
+    ``y`` holds class names; a class the head never saw gets column -1. ``ood`` is the OOD score of
+    the head's kind (:attr:`cbm.heads.FERLHead.ood_kind`).
     """
     model = head.model_
     ev = model.evidence(X)
     lookup = {str(c): i for i, c in enumerate(head.classes_)}
     return {"sets": ev.credal_set, "proba": ev.pignistic, "ignorance": ev.ignorance,
-            "ood": model.ood_score(X), "y": np.array([lookup.get(str(v), -1) for v in y], dtype=np.int64)}
+            "ood": model.ood_score(X, head.ood_kind),
+            "y": np.array([lookup.get(str(v), -1) for v in y], dtype=np.int64)}
 
 
 def explain_example(run: RunView, head_name: str, head: FERLHead, pick: Pick, inputs: str = "calibrated",
                     top_k: int = 5) -> Example:
     """Explain one picked row with ``head`` and gather its image, OOD threshold and ground truth.
 
-    The threshold accepts 95 % of the val images' OOD scores (:func:`ferl.metrics.fit_acceptance_threshold`).
+    The OOD score and the threshold are of the head's kind (:attr:`cbm.heads.FERLHead.ood_kind`); the
+    threshold is the head's stored one, the one ``predict`` flags with (95 % of the val images
+    accepted, by ``fit-head``), else fitted on the val table
+    (:func:`ferl.metrics.fit_acceptance_threshold`).
     """
     table = run.tables[pick.split]
     x = run.concepts(pick.split, inputs)[pick.row]
-    explanation = head.model_.explain(x, top_k=top_k)
+    kind = head.ood_kind
+    explanation = head.model_.explain(x, top_k=top_k, kind=kind)
     with discounting(head.model_) as model:
-        discounted = model.explain(x, top_k=1)
-    threshold = None
-    if "val" in run.tables:
-        threshold = M.fit_acceptance_threshold(head.model_.ood_score(run.concepts("val", inputs)), 0.95)
+        discounted = model.explain(x, top_k=1, kind=kind)
+    threshold = None if head.ood_threshold_ is None else head.ood_threshold_["value"]
+    if threshold is None and "val" in run.tables:
+        threshold = M.fit_acceptance_threshold(head.model_.ood_score(run.concepts("val", inputs), kind), 0.95)
     cls = int(table.y[pick.row])
     truth = run.anomaly_truth(cls)
     sid = str(table.sample_ids[pick.row])

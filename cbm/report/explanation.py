@@ -89,9 +89,10 @@ def short_markdown(ex: Explanation, top: int = 5, truth: object | None = None) -
               "most this in each concept)" if ex.robustness_radius > 0 else "")
     lines = [f"**Prediction: {_md(ex.prediction)}**, {verdict}. Ignorance m(Θ) = {ex.ignorance:.3f}, "
              f"conflict {ex.conflict:.3f}, leaf firing {ex.firing:.3f}, "
-             f"OOD score {ex.ood_score:.3g}{radius}.",
+             f"{ex.ood_kind} OOD score {ex.ood_score:.3g}{radius}.",
              "", *_classes(ex, top, truth), "", "**Evidence that fired**", "", *_rules(ex, top), "",
-             "**Anomalous attributes**", "",
+             "**Anomalous attributes**" + ("" if ex.ood_kind == "typical" else
+                                           " (scores: parts of the typical OOD score)"), "",
              "| attribute | score | routing loss | leaf deviation |", "|---|---:|---:|---:|"]
     lines += [f"| {_md(a.name)} | {a.score:.3g} | {a.routing_loss:.3f} | {a.deviation:.3g} |"
               for a in ex.anomalous_features]

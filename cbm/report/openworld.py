@@ -101,6 +101,7 @@ def openworld_sections(run_dir: Path, openworld: Path | None, head: str, kind: s
     if others:
         appendix = ["### FERL's other novelty scores", "",
                     "The same held-out-class detection with every other score kind the open-world run "
-                    "computed.",
+                    "computed: the product's other kinds, the ablation kinds (`ferl.benchmarks.ood_kinds`) "
+                    "and the class evidence read as a confidence.",
                     "", table5_markdown(ood[ood["detector"].isin(others)], None), ""]
     return lines, appendix

@@ -114,8 +114,8 @@ def evidence_figure(explanation: Explanation, image: np.ndarray | None = None, t
         colours = ["#cb181d" if a.name in truth_set else "#969696" for a in attrs]
         ax.barh(ya, [a.score for a in attrs], color=colours)
         ax.set_yticks(ya, [a.name for a in attrs], fontsize=8)
-    ax.set_xlabel("novelty score (nats)", fontsize=8)
-    ax.set_title(f"anomalous attributes (OOD score {ex.ood_score:.2f})"
+    ax.set_xlabel("part of the typical OOD score (nats)", fontsize=8)
+    ax.set_title(f"anomalous attributes ({ex.ood_kind} OOD score {ex.ood_score:.2f})"
                  + ("; red = true difference" if truth else ""), fontsize=9)
     if title:
         fig.suptitle(title, fontsize=10)

@@ -3,7 +3,8 @@
 * Evidence sources and combination rule (C.1, Table 8): the same fitted tree read out with
   leaves-only or all-node evidence under Dempster's rule, and with Denoeux's cautious rule.
 * Bounded-support gate (C.2, Table 9): the gate toggled at inference; in-distribution accuracy,
-  coverage and set size, and geometric-OOD AUROC of the firing and ignorance scores. Geometric
+  coverage and set size, and geometric-OOD AUROC of the firing score (an ablation kind,
+  `ferl.benchmarks.ood_kinds`). Geometric
   OOD inputs are the test inputs moved off the training support: every scaled feature is shifted
   by ``s * (2 + u)`` feature ranges, ``s`` a random sign and ``u ~ U(0, 1)``.
 * Split criterion (C.3, Table 10): FERL-deep refitted with CCI instead of weighted Gini.
@@ -19,6 +20,7 @@ from sklearn.base import clone
 
 from ferl import metrics as M
 from ferl.benchmarks.methods import ferl_evidence_param
+from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.benchmarks.protocol import FoldData
 
 __all__ = ["READOUTS", "geometric_ood", "run_ablations"]
@@ -80,7 +82,7 @@ def _readout(model, X: np.ndarray, y: np.ndarray) -> dict[str, float]:
 
 def _firing_auroc(model, X_id: np.ndarray, X_ood: np.ndarray) -> float:
     try:
-        return M.ood_auroc(model.ood_score(X_id, kind="firing"), model.ood_score(X_ood, kind="firing"))
+        return M.ood_auroc(ablation_score(model, X_id, "firing"), ablation_score(model, X_ood, "firing"))
     except AttributeError:  # novelty scores not available yet
         return float("nan")
 

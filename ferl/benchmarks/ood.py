@@ -8,12 +8,13 @@ are OOD (the positive class). Scores grow with novelty.
 
 Dedicated detectors (same scaled features as FERL): class-conditional Mahalanobis distance with a
 shared Ledoit-Wolf covariance (Lee et al. 2018), distance to the k-th nearest training neighbour
-(k = 5, Sun et al. 2022) and Isolation Forest (Liu et al. 2008). FERL's own scores come from
-``FERLClassifier.ood_score(X, kind)`` for every kind of `FERL_OOD_KINDS` (the default ``typical``
-first, then its two parts ``leaf`` and ``prototype``, the former default ``nll`` and the paper's
-kinds), plus ``ignorance-discounted``: the
-ignorance m(Theta) of the same fitted model with ``novelty_discount`` on. A model without
-``ood_score`` is skipped and reported.
+(k = 5, Sun et al. 2022) and Isolation Forest (Liu et al. 2008). FERL's own scores (`ferl_score`) are
+every kind of `FERL_OOD_KINDS`: the product's default ``typical`` first, then the ablation kinds
+(`ferl.benchmarks.ood_kinds`: its two parts ``leaf`` and ``prototype``, the former defaults ``nll``
+and ``combined`` and the paper's ``residual`` and ``firing``) and the product's ``ignorance``; with
+learned weights of evidence the product's ``energy``; plus ``ignorance-discounted``: the ignorance
+m(Theta) of the same fitted model with ``novelty_discount`` on. A model without ``ood_score`` is
+skipped and reported.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from sklearn.neighbors import NearestNeighbors
 
 from ferl import metrics as M
 from ferl.benchmarks.confidence import BETP_KINDS, ConfidenceDetector, confidence_score
+from ferl.benchmarks.ood_kinds import ABLATION_KINDS, ablation_score
 from ferl.benchmarks.protocol import FoldData
 from ferl.novelty.discount import discounting
 
@@ -40,8 +42,8 @@ __all__ = [
     "run_leave_one_class_out",
 ]
 
-#: FERL novelty kinds evaluated (``FERLClassifier.ood_score(X, kind=...)``); the discounted
-#: ignorance is added as ``"ignorance-discounted"``.
+#: FERL novelty kinds evaluated (`ferl_score`: the product's and the ablations'); the discounted
+#: ignorance is added as ``"ignorance-discounted"``, ``"energy"`` for learned weights of evidence.
 FERL_OOD_KINDS = ("typical", "leaf", "prototype", "nll", "combined", "residual", "ignorance", "firing")
 #: Name of the ignorance with ``novelty_discount`` on.
 DISCOUNTED = "ignorance-discounted"
@@ -199,7 +201,8 @@ def run_leave_one_class_out(
 
 
 def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
-    """``model.ood_score(X, kind)``; `DISCOUNTED`: the ignorance with ``novelty_discount`` on.
+    """``model.ood_score(X, kind)``, or `ferl.benchmarks.ood_kinds.ablation_score` for an ablation kind;
+    `DISCOUNTED`: the ignorance with ``novelty_discount`` on.
 
     Parameters
     ----------
@@ -207,8 +210,9 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
         A fitted model (left with its own ``novelty_discount``).
     X : ndarray of shape (n_samples, n_features)
     kind : str
-        One of `ferl.novelty.scores.OOD_KINDS`, `DISCOUNTED`, or FERL's class evidence read as a
-        confidence score (`ferl.benchmarks.confidence.BETP_KINDS`).
+        One of `ferl.novelty.kinds.OOD_KINDS` (the product's), `ferl.benchmarks.ood_kinds.ABLATION_KINDS`,
+        `DISCOUNTED`, or FERL's class evidence read as a confidence score
+        (`ferl.benchmarks.confidence.BETP_KINDS`).
 
     Returns
     -------
@@ -223,6 +227,8 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
     """
     if kind in BETP_KINDS:
         return confidence_score(model.predict_proba(X), kind.removeprefix("betp-"))
+    if kind in ABLATION_KINDS:
+        return ablation_score(model, X, kind)
     if kind != DISCOUNTED:
         return model.ood_score(X, kind=kind)
     with discounting(model):

@@ -52,6 +52,7 @@ from ferl.novelty.free_gaussians import (
     fit_free_gaussians,
     free_gaussians,
 )
+from ferl.novelty.kinds import OOD_KINDS, SCORE_KINDS
 from ferl.novelty.prototypes import PROTOTYPE_KINDS, RulePrototypes, prototype_feature_scores, prototype_terms
 from ferl.novelty.typicality import Z_MAX, LeafGaussians, leaf_terms, standardise
 from ferl.tree.firing import Firing
@@ -62,7 +63,6 @@ __all__ = [
     "MIN_VARIANCE",
     "FIRING_EPS",
     "NAMING_DEPTH",
-    "OOD_KINDS",
     "LEAF_RESIDUAL",
     "LEAF_TERM_KINDS",
     "RESIDUAL_WEIGHT",
@@ -79,8 +79,6 @@ FIRING_EPS = 1e-3
 #: Depth of the deepest nodes whose free-feature scores apportion the leaf term of the ``"nll"``
 #: score over the features (`Novelty.feature_scores`: how it was chosen).
 NAMING_DEPTH = 2
-#: Kinds of ``ood_score`` and `Novelty.score`, the default first.
-OOD_KINDS = ("typical", "leaf", "nll", "combined", "residual", "ignorance", "firing", "prototype", "energy")
 #: Kinds whose score `Novelty.feature_scores` splits over the features.
 DECOMPOSED_KINDS = ("typical", "leaf", "nll", "combined", "residual", "prototype")
 #: Weight of the free-feature residual ``R`` in the ``"leaf"`` score (module docstring: how chosen).
@@ -242,6 +240,9 @@ class Novelty:
     def score(self, kind: str = "typical", ignorance: np.ndarray | None = None) -> np.ndarray:
         """OOD score of kind ``kind``, shape (n_samples,); higher means more novel.
 
+        Every kind of `ferl.novelty.kinds.SCORE_KINDS` but ``"energy"`` (the learned weights'): the
+        product's ``"typical"`` and ``"ignorance"`` and the ablation kinds.
+
         * ``"typical"`` (default): ``t_leaf + t_D`` (`ferl.novelty.prototypes`); ``"prototype"``: ``D(x)``.
         * ``"leaf"``: ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps +
           firing(x))``, eps = `FIRING_EPS`, ``d`` the number of features: the leaf Gaussians'
@@ -268,7 +269,8 @@ class Novelty:
             if ignorance is None:
                 raise ValueError('kind="ignorance" needs the ignorance masses')
             return np.asarray(ignorance, dtype=np.float64).copy()
-        raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
+        raise ValueError(f"unknown OOD score kind {kind!r}; expected one of "
+                         f"{[k for k in SCORE_KINDS if k != 'energy']}")
 
     def feature_scores(self, kind: str = "typical") -> np.ndarray:
         """Score of kind ``kind`` split over the features, shape (n_samples, n_features), ``>= 0``.

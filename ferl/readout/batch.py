@@ -22,10 +22,11 @@ import numpy as np
 from ferl.evidence.algebra import Evidence, combine_sparse, discount, discount_evidence
 from ferl.evidence.weights import EvidenceWeights, evidence_energy, evidence_from_weights, rule_sources
 from ferl.novelty.discount import point_reliability, typical_reliability
+from ferl.novelty.kinds import SCORE_KINDS
 from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
 from ferl.novelty.prototypes import RulePrototypes, prototype_kind
 from ferl.novelty.reliability import leaf_typicality, source_reliability
-from ferl.novelty.scores import OOD_KINDS, Novelty, analyse
+from ferl.novelty.scores import Novelty, analyse
 from ferl.novelty.typicality import LeafGaussians
 from ferl.tree.firing import Firing, Scratch
 from ferl.tree.fuzzy_tree import FuzzyTree
@@ -150,7 +151,8 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         combined evidence at the calibrated operating point ``point``; None leaves the paper's
         evidence bit for bit.
     score : str or None
-        The kind of OOD score to compute (`ferl.novelty.scores.OOD_KINDS`): ``"ignorance"`` is the
+        The kind of OOD score to compute, the product's or an ablation's
+        (`ferl.novelty.kinds.SCORE_KINDS`): ``"ignorance"`` is the
         evidence's ``m(Theta)`` (computed whatever ``evidence`` says), ``"energy"`` the learned
         weights' energy (`ferl.evidence.weights.evidence_energy`; ValueError without ``weights``),
         the others come from `ferl.novelty.ood_score.score_totals` and, for ``"typical"`` and
@@ -172,10 +174,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     Raises
     ------
     ValueError
-        ``score`` neither None nor one of `ferl.novelty.scores.OOD_KINDS`.
+        ``score`` neither None nor one of `ferl.novelty.kinds.SCORE_KINDS`.
     """
-    if score is not None and score not in OOD_KINDS:
-        raise ValueError(f"unknown OOD score kind {score!r}; expected one of {list(OOD_KINDS)}")
+    if score is not None and score not in SCORE_KINDS:
+        raise ValueError(f"unknown OOD score kind {score!r}; expected one of {list(SCORE_KINDS)}")
     if score == "energy" and weights is None:
         raise ValueError("the 'energy' OOD score needs a model fitted with evidence_weights='learned'")
     evidence = evidence or score in ("ignorance", "energy")

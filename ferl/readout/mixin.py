@@ -11,18 +11,41 @@ import numpy as np
 from ferl.evidence.algebra import Evidence, discount_evidence
 from ferl.evidence.conformal import coverage_set
 from ferl.novelty.discount import fit_operating_point, point_reliability
-from ferl.novelty.scores import OOD_KINDS, AnomalousFeature, Novelty
+from ferl.novelty.kinds import SCORE_KINDS, check_kind
+from ferl.novelty.scores import AnomalousFeature, Novelty
 from ferl.readout.batch import CredalReadout, Readout, discounted, read_out
 
-__all__ = ["ReadoutMixin"]
+__all__ = ["ReadoutMixin", "read_score"]
 
 
-def _kind(kind) -> str:
-    """``kind`` when it names an OOD score (`ferl.novelty.scores.OOD_KINDS`), else ValueError (``None``
-    would mean "no score" to `ferl.readout.batch.read_out`)."""
-    if not isinstance(kind, str) or kind not in OOD_KINDS:
-        raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(OOD_KINDS)}")
-    return kind
+def read_score(model, X, kind: str) -> np.ndarray:
+    """The OOD score of any kind the read-out computes, for the product's kinds and the ablations'.
+
+    `FERLClassifier.ood_score` reads the product's kinds (`ferl.novelty.kinds.OOD_KINDS`) through
+    it, `ferl.benchmarks.ood_kinds.ablation_score` the ablation kinds.
+
+    Parameters
+    ----------
+    model : FERLClassifier
+        A fitted model.
+    X : array-like of shape (n_samples, n_features_in_)
+    kind : str
+        One of `ferl.novelty.kinds.SCORE_KINDS`.
+
+    Returns
+    -------
+    ndarray of shape (n_samples,), float64, finite
+        Higher means more novel.
+
+    Raises
+    ------
+    ValueError
+        ``kind`` not one of `ferl.novelty.kinds.SCORE_KINDS` (None would mean "no score" to
+        `ferl.readout.batch.read_out`), ``"energy"`` for the tree's evidence, or bad ``X``.
+    """
+    if not isinstance(kind, str) or kind not in SCORE_KINDS:
+        raise ValueError(f"unknown OOD score kind {kind!r}; expected one of {list(SCORE_KINDS)}")
+    return model._read(model._check_X(X), evidence=False, score=kind).score
 
 
 class ReadoutMixin:
@@ -214,15 +237,15 @@ class ReadoutMixin:
         (and, with `novelty_discount`, the leaf NLLs) of the evidence: on the KEEL sets it takes
         about two thirds of the three calls' time. At many rows the nearest-prototype search of the
         default ``typical`` score adds a large share (rows x prototypes x features, float32,
-        vectorised), which ``kind="leaf"`` skips. The read-out is bound by memory and suffers more
-        than CART from busy neighbours. Timings against CART's ``predict`` (``python
-        scripts/bench_scale.py --sections keel,scale``): docs/results/speed.md.
+        vectorised), which ``"energy"`` and ``"ignorance"`` skip. The read-out is bound by memory
+        and suffers more than CART from busy neighbours. Timings against CART's ``predict``
+        (``python scripts/bench_scale.py --sections keel,scale``): docs/results/speed.md.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in_)
-        kind : str, default="typical"
-            The OOD score's kind, one of `ferl.novelty.scores.OOD_KINDS` (see `ood_score`).
+        kind : {"typical", "energy", "ignorance"}, default="typical"
+            The OOD score's kind, one of `ferl.novelty.kinds.OOD_KINDS` (see `ood_score`).
         coverage : float in (0, 1) or None, default=None
             The credal set's target coverage, as in `predict_set`.
 
@@ -234,9 +257,11 @@ class ReadoutMixin:
         Raises
         ------
         ValueError
-            An unknown ``kind``, NaN / inf in X, or a feature count other than ``n_features_in_``.
+            A ``kind`` not of `ferl.novelty.kinds.OOD_KINDS` (an ablation kind's message names
+            `ferl.benchmarks.ood_kinds.ablation_score`), ``"energy"`` for the tree's evidence, NaN /
+            inf in X, or a feature count other than ``n_features_in_``.
         """
-        out = self._read(self._check_X(X), score=_kind(kind))
+        out = self._read(self._check_X(X), score=check_kind(kind))
         return CredalReadout(self._credal_set(out.evidence, coverage), out.evidence, out.score)
 
     # ------------------------------------------------------------------ novelty (ferl.novelty.scores)
@@ -257,32 +282,45 @@ class ReadoutMixin:
         return self._novelty(self._check_X(X)).feature_anomaly
 
     def ood_score(self, X, kind: str = "typical") -> np.ndarray:
-        """OOD score, ndarray of shape (n_samples,), finite; higher means more novel.
+        """OOD score of each sample; higher means more novel.
 
-        ``kind``: "typical" (default: the tails of the "leaf" score and of the prototype distance
-        among the training rows' in-sample scores, summed by Fisher's method, `ferl.novelty.prototypes`),
-        "prototype" (L1 distance to the nearest rule prototype, in training ranges),
-        "leaf" (the leaf Gaussians' negative log-likelihood per feature plus
-        ``LEAF_RESIDUAL`` times the paper's residual plus ``log(1 + eps) - log(eps + firing)``),
-        "nll" (the same with half the residual), "combined" (``residual / 2`` plus that
-        firing term), "residual" (the paper's free-feature Mahalanobis average, eq. 3), "ignorance"
-        (m(Theta) of `evidence`, so discounted when `novelty_discount`), "firing" (1 - total
-        leaf firing) or, for a model fitted with ``evidence_weights="learned"``, "energy" (``-log
-        sum_k exp(w_k(x))`` of the weights of evidence, `ferl.evidence.weights.evidence_energy`:
-        little evidence for any class; the best score on real concept vectors,
-        docs/results/real-heads.md); formulas in `ferl.novelty.scores.Novelty.score`, computed
-        without their per-feature split (`ferl.novelty.ood_score`, `ferl.novelty.prototypes`).
-        ValueError for another kind, or "energy" for the tree's evidence.
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in_)
+        kind : {"typical", "energy", "ignorance"}, default="typical"
+            ``"typical"``: the tails of the leaf Gaussians' score (their negative log-likelihood
+            per feature plus ``-log(eps + firing)``) and of the L1 distance to the nearest rule
+            prototype, in training ranges, among the training rows' in-sample scores, summed by
+            Fisher's method (`ferl.novelty.prototypes`; formulas in
+            `ferl.novelty.scores.Novelty.score`); ``"energy"``, for a model fitted with
+            ``evidence_weights="learned"`` only: ``-log sum_k exp(w_k(x))`` of the weights of
+            evidence (`ferl.evidence.weights.evidence_energy`: little evidence for any class; the
+            best score on real concept vectors, docs/results/real-heads.md); ``"ignorance"``:
+            m(Theta) of `evidence`, so discounted when `novelty_discount`. The kind the product
+            flags with is `ferl.novelty.default_kind`'s. The other kinds the read-out computes (the
+            parts and predecessors of ``"typical"``, the paper's residual and firing scores) are
+            ablations: `ferl.benchmarks.ood_kinds.ablation_score` reads them.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), float64, finite
+
+        Raises
+        ------
+        ValueError
+            A ``kind`` not of `ferl.novelty.kinds.OOD_KINDS` (an ablation kind's message names
+            `ferl.benchmarks.ood_kinds.ablation_score`), ``"energy"`` for the tree's evidence, NaN /
+            inf in X, or a feature count other than ``n_features_in_``.
         """
-        return self._read(self._check_X(X), evidence=False, score=_kind(kind)).score
+        return read_score(self, X, check_kind(kind))
 
     def anomalous_features(self, X, top_k: int | None = 5) -> list[list[AnomalousFeature]]:
         """The ``top_k`` most novel features of each sample, highest score first.
 
         Returns one list per sample of `ferl.novelty.scores.AnomalousFeature` named tuples
         ``(name, score, feature, routing_loss, deviation, anomaly)``; the scores (nats) are the
-        features' parts of the default ``ood_score`` and sum to it over all features
-        (`ferl.novelty.scores.Novelty.feature_scores`).
+        features' parts of the default ``ood_score``, ``"typical"``, and sum to it over all features
+        (`ferl.novelty.scores.Novelty.feature_scores`), whatever kind the product flags with.
         ``top_k=None`` lists every feature; ValueError when ``top_k < 1``.
         """
         return self._novelty(self._check_X(X)).ranked(self.feature_names_, top_k)

@@ -12,6 +12,8 @@ from sklearn.preprocessing import MinMaxScaler
 
 from ferl import FERLClassifier
 from ferl.benchmarks.keel import default_data_root, load_keel
+from ferl.benchmarks.ood import ferl_score
+from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.metrics import ood_auroc
 from ferl.novelty.prototypes import tail_nats
 from ferl.novelty.scores import FIRING_EPS, LEAF_RESIDUAL, NAMING_DEPTH, VAR_FLOOR
@@ -83,7 +85,7 @@ def test_root_gate_scales_the_firing_and_can_be_switched_off_on_the_same_tree():
     proba_on = clf.predict_proba(x)
     clf.set_params(bounded_support=False)
     np.testing.assert_allclose(clf._firing(x)[0][:, t.is_leaf].sum(axis=1), 1.0)
-    assert clf.ood_score(x, "firing").max() == 0.0
+    assert ablation_score(clf, x, "firing").max() == 0.0
     assert clf.predict_proba(x)[3].max() > 1.0 / 2  # off: the far input fires a leaf fully
     np.testing.assert_allclose(proba_on[3], 0.5)  # on: vacuous
     clf.set_params(bounded_support=True)
@@ -101,7 +103,7 @@ def test_input_no_leaf_reaches_gives_vacuous_mass_full_set_and_abstention(varian
     np.testing.assert_array_equal(ev.ignorance, 1.0)
     assert clf.predict_set(far).all() and ev.abstain.all()
     np.testing.assert_allclose(clf.predict_proba(far), 1.0 / 3)
-    np.testing.assert_array_equal(clf.ood_score(far, "firing"), 1.0)
+    np.testing.assert_array_equal(ablation_score(clf, far, "firing"), 1.0)
     np.testing.assert_array_equal(clf.ood_score(far, "ignorance"), 1.0)
 
 
@@ -151,7 +153,7 @@ def test_feature_anomaly_and_residual_match_slow_reference(wine_deep, wine):
     _, X_te, _, _ = wine
     Z = np.vstack([X_te[:5], X_te[5:8] + 3.0])  # in and far out of range
     A = wine_deep.feature_anomaly(Z)
-    R = wine_deep.ood_score(Z, "residual")
+    R = ablation_score(wine_deep, Z, "residual")
     for i in range(len(Z)):
         a, r = _reference_anomaly(wine_deep, Z[i])
         np.testing.assert_allclose(A[i], a, rtol=1e-10)
@@ -167,7 +169,8 @@ def test_constant_features_give_finite_scores():
     t = clf.tree_
     assert np.nanmin(t.free_var[t.is_leaf][:, 4]) == 0.0 and t.free_var[0, 3] == 0.0
     Z = np.vstack([X[:20], X[:5] + [0, 0, 0, 1.0, 0], X[:5] + [0, 0, 0, 0, 0.5]])
-    for scores in (clf.feature_anomaly(Z), clf.ood_score(Z)[:, None], clf.ood_score(Z, "residual")[:, None]):
+    residual = ablation_score(clf, Z, "residual")
+    for scores in (clf.feature_anomaly(Z), clf.ood_score(Z)[:, None], residual[:, None]):
         assert np.isfinite(scores).all()
     A = clf.feature_anomaly(Z)
     assert (A[:20, 3] == 0).all()  # value equal to the constant: no anomaly
@@ -190,23 +193,24 @@ def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
     _, X_te, _, _ = wine
     Z = np.vstack([X_te, X_te[:10] + 0.8])
     nov = wine_deep._novelty(Z)
-    residual = wine_deep.ood_score(Z, "residual")
-    firing = wine_deep.ood_score(Z, "firing")
+    residual = ablation_score(wine_deep, Z, "residual")
+    firing = ablation_score(wine_deep, Z, "firing")
     np.testing.assert_allclose(residual, nov.residual_share.sum(axis=1))
     np.testing.assert_allclose(firing, wine_deep.routing_loss(Z).sum(axis=1))
     np.testing.assert_array_equal(wine_deep.ood_score(Z, "ignorance"), wine_deep.evidence(Z).ignorance)
     firing_term = -np.log(FIRING_EPS + 1 - firing) + np.log1p(FIRING_EPS)
     combined = 0.5 * residual + firing_term
-    np.testing.assert_allclose(wine_deep.ood_score(Z, "combined"), combined, rtol=1e-12)
+    np.testing.assert_allclose(ablation_score(wine_deep, Z, "combined"), combined, rtol=1e-12)
     leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]
-    np.testing.assert_allclose(wine_deep.ood_score(Z, "nll"), leaf + combined, rtol=1e-12)
+    np.testing.assert_allclose(ablation_score(wine_deep, Z, "nll"), leaf + combined, rtol=1e-12)
     default = leaf + LEAF_RESIDUAL * residual + firing_term
-    np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), default, rtol=1e-12)
+    np.testing.assert_allclose(ablation_score(wine_deep, Z, "leaf"), default, rtol=1e-12)
     # as a term of "typical" the leaf score carries none of the paper's residual (ferl.novelty.scores)
     assert (residual > 0).all()
-    np.testing.assert_allclose(wine_deep.ood_score(Z, "leaf"), leaf + firing_term, rtol=1e-12)
+    np.testing.assert_allclose(ablation_score(wine_deep, Z, "leaf"), leaf + firing_term, rtol=1e-12)
     leaf_ref, distance_ref = wine_deep.rule_prototypes_.reference  # default: "typical"
-    typical = tail_nats(leaf_ref, default) + tail_nats(distance_ref, wine_deep.ood_score(Z, "prototype"))
+    distance = ablation_score(wine_deep, Z, "prototype")
+    typical = tail_nats(leaf_ref, default) + tail_nats(distance_ref, distance)
     np.testing.assert_allclose(wine_deep.ood_score(Z), typical, rtol=1e-12)
     assert (wine_deep.ood_score(Z) >= 0).all()
     assert wine_deep.ood_score(Z[-10:]).min() > np.median(wine_deep.ood_score(Z[:-10]))
@@ -226,12 +230,13 @@ def test_feature_scores_are_an_exact_decomposition_of_their_score(seed, variant,
     for kind in ("typical", "leaf", "nll", "combined", "residual", "prototype"):
         parts = nov.feature_scores(kind)
         assert (parts >= 0).all()
-        np.testing.assert_allclose(parts.sum(axis=1), clf.ood_score(Z, kind), rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(parts.sum(axis=1), ferl_score(clf, Z, kind), rtol=1e-10, atol=1e-12)
     ranked = clf.anomalous_features(Z, top_k=None)
     np.testing.assert_allclose([sum(a.score for a in row) for row in ranked], clf.ood_score(Z),
                                rtol=1e-10)
     leaf = (nov.deviation + nov.spread).sum(axis=1) / Z.shape[1]  # T / d, shared like naming_share
-    np.testing.assert_allclose(clf.ood_score(Z, "nll"), clf.ood_score(Z, "combined") + leaf, rtol=1e-10)
+    np.testing.assert_allclose(ablation_score(clf, Z, "nll"), ablation_score(clf, Z, "combined") + leaf,
+                               rtol=1e-10)
     extra = nov.feature_scores("nll") - nov.feature_scores("combined")
     np.testing.assert_allclose(nov.feature_scores("leaf") - nov.feature_scores("nll"),
                                (LEAF_RESIDUAL - 0.5) * nov.residual_share, atol=1e-12)
@@ -333,10 +338,10 @@ def test_geometric_ood_is_detected_by_firing_only_with_gates_on(name):
     rng = np.random.default_rng(0)
     beyond = 0.1 + 0.4 * rng.random(X_te.shape)  # every feature 0.1-0.5 ranges outside [0, 1]
     X_ood = np.where(rng.random(X_te.shape) < 0.5, -beyond, 1.0 + beyond)
-    on = ood_auroc(clf.ood_score(X_te, "firing"), clf.ood_score(X_ood, "firing"))
+    on = ood_auroc(ablation_score(clf, X_te, "firing"), ablation_score(clf, X_ood, "firing"))
     acc_on = np.mean(clf.predict(X_te) == y_te)
     clf.set_params(bounded_support=False)
-    off = ood_auroc(clf.ood_score(X_te, "firing"), clf.ood_score(X_ood, "firing"))
+    off = ood_auroc(ablation_score(clf, X_te, "firing"), ablation_score(clf, X_ood, "firing"))
     acc_off = np.mean(clf.predict(X_te) == y_te)
     assert on >= 0.95, on
     assert off <= 0.55, off
@@ -384,7 +389,7 @@ def test_novelty_is_finite_on_every_input_a_fit_accepted(scales, probe, seed):
     with np.errstate(over="ignore"):
         Z = np.clip(np.vstack([X[:5], np.full((1, 3), probe), X[5:8] * [1.0, 1e200, 1.0]]), -1.7e308, 1.7e308)
     for kind in ("nll", "combined", "residual", "firing", "ignorance"):
-        assert np.isfinite(clf.ood_score(Z, kind)).all(), kind
+        assert np.isfinite(ferl_score(clf, Z, kind)).all(), kind
     for row in clf.anomalous_features(Z, top_k=None):
         assert all(np.isfinite([a.score, a.deviation, a.anomaly, a.routing_loss]).all() for a in row)
     clf.set_params(novelty_discount=True)

@@ -12,6 +12,7 @@ import ferl.novelty.leaf_readout as leaf_readout
 import ferl.novelty.typicality as typicality
 from ferl import FERLClassifier
 from ferl.benchmarks.keel import default_data_root, load_keel
+from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
 from ferl.novelty.scores import analyse
 from ferl.readout.batch import read_out
@@ -47,7 +48,8 @@ def test_totals_equal_the_per_feature_scores_and_one_pass_equals_three_calls(kee
         expected = novelty.score(kind)
         got = score_totals(tree, leaves, Z, fired, kind)[0]
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14, err_msg=kind)
-        np.testing.assert_allclose(clf.ood_score(Z, kind), expected, rtol=1e-12, atol=1e-14, err_msg=kind)
+        np.testing.assert_allclose(ablation_score(clf, Z, kind), expected, rtol=1e-12, atol=1e-14,
+                                   err_msg=kind)
     assert (novelty.routing_loss.sum(axis=1) > 0).any()  # the gates are exercised
     # the discount reads the same leaf NLLs from either pass: the same evidence, bit for bit
     args = (tree, leaves, Z, True, clf._gate_margin(), clf._sources(), clf.combination)
@@ -55,12 +57,16 @@ def test_totals_equal_the_per_feature_scores_and_one_pass_equals_three_calls(kee
     by_score = read_out(*args, novelty_discount=discount, score="leaf").evidence
     for name in ("mass", "ignorance", "conflict"):
         np.testing.assert_array_equal(getattr(by_score, name), getattr(by_novelty, name))
-    for kind in ("leaf", "nll", "ignorance", "firing"):
+    for kind in ("typical", "ignorance"):
         out = clf.credal_readout(Z, kind)
         np.testing.assert_array_equal(out.credal_set, clf.predict_set(Z))
         np.testing.assert_array_equal(out.evidence.mass, clf.evidence(Z).mass)
         np.testing.assert_array_equal(out.evidence.ignorance, clf.evidence(Z).ignorance)
         np.testing.assert_array_equal(out.ood_score, clf.ood_score(Z, kind))
+    for kind in ("leaf", "nll", "firing"):  # the ablation kinds share the evidence's pass too
+        out = clf._read(Z, score=kind)
+        np.testing.assert_array_equal(out.evidence.mass, clf.evidence(Z).mass)
+        np.testing.assert_array_equal(out.score, ablation_score(clf, Z, kind))
 
 
 @pytest.mark.parametrize("block", [1, 10**9])  # every leaf by BLAS, every leaf row by row

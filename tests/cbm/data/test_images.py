@@ -111,7 +111,7 @@ def test_predict_decodes_for_the_detector_and_the_page_at_reduced_size(tmp_path,
                                          ["p", "q"])
     detector = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(2))
     pipe = Pipeline(run_dir=tmp_path, head_name="ferl-compact", inputs="raw", head=head, calibrator=None,
-                    threshold={"kind": "leaf", "accept": 0.95, "value": 1.0, "fitted_on": "val", "n": 40},
+                    threshold={"kind": "typical", "accept": 0.95, "value": 1.0, "fitted_on": "val", "n": 40},
                     detector=detector, transform=build_transform(32, train=False), device=torch.device("cpu"),
                     decode_side=74)
     _photo(tmp_path / "big.jpg", (800, 600))

@@ -269,3 +269,17 @@ def test_a_bad_novelty_threshold_is_refused_when_the_head_loads(tmp_path, field,
         load_head(tmp_path / "h")
     _edit_head_json(tmp_path / "h", lambda doc: doc.update(ood_threshold=None))  # an older head: none
     assert load_head(tmp_path / "h").ood_threshold_ is None
+
+
+def test_a_head_saved_with_an_ablation_kind_of_threshold_asks_for_a_refit(tmp_path):
+    # tree-evidence heads flagged with "leaf" before issue 33 made it an ablation kind
+    X, y = _world(0, n=80)
+    head = make_head("ferl-compact").fit(X, y, NAMES)
+    assert head.fit_ood_threshold(X)["kind"] == "typical" == head.ood_kind
+    head.save(tmp_path / "h")
+    _edit_head_json(tmp_path / "h", lambda doc: doc["ood_threshold"].update(kind="leaf"))
+    with pytest.raises(ValueError, match=r"kind 'leaf' is an ablation kind of OOD score, no longer one the "
+                                         r"product flags with.*refit the head \(fit-head\)"):
+        load_head(tmp_path / "h")
+    with pytest.raises(ValueError, match="ablation_score"):
+        head.fit_ood_threshold(X, kind="leaf")

@@ -94,7 +94,13 @@ def test_evaluate_interventions_writes_curves_tables_and_figure(tiny_run):
         assert np.allclose(got, row["true_concepts_accuracy"])
     novel = frame[(frame["split"] == "novel") & (frame["head"] == "ferl-deep")]
     assert novel["accuracy"].isna().all() and novel["auroc"].between(0, 1).all()
+    # the OOD score is each FERL head's own kind, the one predict flags with, and the report names it
+    kinds = truth.set_index(["head", "fit"])["ood_kind"]
+    saved = load_head(tiny_run / "head" / "ferl-deep" / "calibrated")
+    assert kinds["ferl-deep", "sequential"] == saved.ood_kind
+    assert kinds["ferl-deep", "independent"] in ("typical", "energy") and kinds["lr"].isna().all()
     text = (folder / "interventions.md").read_text()
+    assert f"| {kinds['ferl-deep', 'sequential']} |" in text.split("## Held-out classes")[1]
     assert "## Test accuracy (%) after k answered groups" in text and "evidence (ours)" in text
     assert json.loads((folder / "summary.json").read_text())["n_groups"] == 7
     assert result["info"]["rows"]["test"] == 10

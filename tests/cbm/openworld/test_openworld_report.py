@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from cbm.openworld.report import PAPER_TABLE5, detector_label, seed_summary, table5_markdown
+from cbm.openworld.report import PAPER_TABLE5, detector_label, lead_detectors, seed_summary, table5_markdown
 
 
 def _frame() -> pd.DataFrame:
@@ -46,3 +46,14 @@ def test_one_seed_has_no_std_and_labels_are_readable():
     assert "| **80.0** |" in table and "±" not in table  # one seed: the mean alone (was "80.0 ± –")
     assert detector_label("ferl-deep:residual") == "FERL-deep (residual)"
     assert detector_label("mahalanobis") == "Mahalanobis"
+
+
+def test_the_report_leads_with_each_heads_own_kind_and_the_baselines():
+    detectors = ["ferl-deep:typical", "ferl-deep:residual", "ferl-deep:energy", "ferl-compact:typical",
+                 "ferl-compact:leaf", "knn", "lr-energy"]
+    results = [{"heads": {"ferl-deep": {"ood_kind": "energy"}, "ferl-compact": {"ood_kind": "typical"}}}]
+    lead = lead_detectors(results, detectors)
+    assert lead == ["ferl-deep:energy", "ferl-compact:typical", "knn", "lr-energy"]
+    # results written before the heads recorded their kind: each head's first score
+    older = lead_detectors([{"heads": {"ferl-deep": {}}}], detectors[:3] + ["knn"])
+    assert older == ["ferl-deep:typical", "knn"]

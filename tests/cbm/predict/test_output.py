@@ -1,7 +1,16 @@
-"""The predictions page's summary table."""
+"""The predictions page's summary table, and the one kind of OOD score a head's outputs use."""
 
-from cbm.predict.output import _summary
-from cbm.predict.pipeline import COLUMNS, Predictions
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cbm.heads import make_head
+from cbm.predict.output import _summary, page_files
+from cbm.predict.pipeline import COLUMNS, Pipeline, Predictions
+
+THRESHOLD = {"kind": "typical", "accept": 0.95, "value": 1.0, "fitted_on": "val"}
 
 
 def test_the_predictions_page_writes_each_float_column_in_one_format():
@@ -13,6 +22,32 @@ def test_the_predictions_page_writes_each_float_column_in_one_format():
         return r
 
     rows = [row(0.271, 1.2874), row(0.27, 32.683), row(0.0, 303.0921), row(0.00232, 0.5)]
-    lines = _summary(Predictions(rows=rows, inputs=[None] * 4, explain=lambda i: None))[2:]
+    lines = _summary(Predictions(rows=rows, inputs=[None] * 4, explain=lambda i: None,
+                                 threshold=THRESHOLD))[2:]
     cells = [line.split(" | ")[5:7] for line in lines]
     assert cells == [["0.271", "1.29"], ["0.270", "32.68"], ["0.000", "303.09"], ["0.002", "0.50"]]
+
+
+def test_threshold_flag_and_explanation_use_and_name_one_kind():
+    """fit-head's threshold (`FERLHead.fit_ood_threshold`), predict's rows, its page and the
+    explanations all read the learned weights' energy of a head with learned weights."""
+    rng = np.random.default_rng(0)
+    names = [f"c{j}" for j in range(6)]
+    y = rng.integers(0, 3, 150)
+    X = np.clip(0.2 + 0.6 * (np.eye(3)[y] @ rng.random((3, 6)) > 0.5) + rng.normal(0, 0.1, (150, 6)), 0, 1)
+    head = make_head("ferl-deep", settings="concepts").fit(X[:120], np.array(["a", "b", "c"])[y[:120]], names)
+    threshold = head.fit_ood_threshold(X[:120])
+    assert threshold["kind"] == head.ood_kind == "energy"
+    pipe = Pipeline(run_dir=Path("run"), head_name="ferl-deep", inputs="raw", head=head, calibrator=None,
+                    threshold=threshold, detector=None, transform=None, device=torch.device("cpu"))
+    Z = np.vstack([X[120:124], 1.0 - X[124:126]])
+    pred = pipe.predict_concepts(Z)
+    energy = head.model_.ood_score(Z, "energy")
+    assert [r["ood_kind"] for r in pred.rows] == ["energy"] * len(Z)
+    assert [r["ood_score"] for r in pred.rows] == energy.tolist()
+    assert [r["ood_flag"] for r in pred.rows] == (energy > threshold["value"]).tolist()
+    explained = pred.explain(0)
+    assert explained.ood_kind == "energy" and explained.ood_score == pytest.approx(energy[0], rel=1e-12)
+    page, _ = page_files(pred, limit=1)
+    assert "| energy OOD score |" in page and "when its energy OOD score exceeds" in page
+    assert "energy OOD score = " in page and "energy OOD score " + f"{energy[0]:.4g}" in page

@@ -26,7 +26,7 @@ def pipe() -> Pipeline:
     X = rng.random((80, 4))
     y = np.where(X[:, 0] > 0.5, "ball", "box")
     head = make_head("ferl-compact", seed=0).fit(X, y, NAMES)
-    threshold = {"kind": "leaf", "accept": 0.95, "value": 5.0, "fitted_on": "val", "n": 80}
+    threshold = {"kind": "typical", "accept": 0.95, "value": 5.0, "fitted_on": "val", "n": 80}
     return Pipeline(run_dir=Path("run"), head_name="ferl-compact", inputs="raw", head=head, calibrator=None,
                     threshold=threshold, detector=None, transform=None, device=torch.device("cpu"))
 

@@ -71,11 +71,13 @@ def test_custom_example_trains_fits_heads_and_predicts(example, run, tmp_path, c
     as_text = pd.read_csv(tmp_path / "out" / "predictions.csv", dtype=str, keep_default_na=False)["set_size"]
     assert as_text.iloc[:6].str.fullmatch(r"[1-5]").all() and as_text.iloc[6] == ""  # "1", not "1.0"
     assert (ok["ood_flag"] == (ok["ood_score"] > ok["ood_threshold"])).all()
+    assert (ok["ood_kind"] == "energy").all()  # fit-head's FERL-deep flags with its learned weights' energy
     assert ok["anomalous_attributes"].str.count(r"\(").eq(5).all()  # the top 5 of the 6 concepts
     rows = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 7 and rows[0]["set"] == ok["set"].iloc[0].split("|") and rows[6]["class"] is None
     page = (tmp_path / "out" / "predictions.md").read_text()
     assert "## 6. `blue_square_05.png`" in page and "Not predicted: " in page and "**Prediction: " in page
+    assert "when its energy OOD score exceeds" in page and page.count("energy OOD score = ") == 6
     for i in range(1, 7):
         assert (tmp_path / "out" / "predictions" / f"{i}.png").read_bytes()[:8] == PNG
 
@@ -141,7 +143,7 @@ def test_in_memory_images_and_unreadable_inputs(example, run, tmp_path, capsys):
     assert pred.rows[0]["ood_score"] == pred.rows[1]["ood_score"]
     assert "no such file" in pred.rows[2]["error"] and "uint8 of shape (H, W, 3)" in pred.rows[3]["error"]
     assert pred.explain(2) is None and pred.explain(0).prediction == pred.rows[0]["class"]
-    assert pred.frame().shape == (4, 14)
+    assert pred.frame().shape == (4, 15)
     assert all(list(r) == list(COLUMNS) for r in pred.rows) and list(pred.frame().columns) == list(COLUMNS)
     with pytest.raises(SystemExit, match="none of the 1 inputs could be read"):
         predict_main(["--run", str(run), "--images", str(tmp_path / "missing.png"), "--out", str(tmp_path)])

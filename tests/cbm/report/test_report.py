@@ -49,6 +49,9 @@ def test_tiny_demo_report_has_every_section(tiny):
     assert "| FERL-deep (residual) |" in text and "| kNN (k=5) |" in text  # the open-world table
     assert "train-detector --config configs/detector/synthetic.yaml" in text
     assert "Prediction:" in text and "**Anomalous attributes**" in text
+    # the examples show the score predict flags with (fit-head's FERL-deep: its learned weights' energy)
+    assert text.count("energy OOD score ") >= 2 * text.count("Prediction:")  # explanation and threshold
+    assert not re.search(r"\b(typical|leaf|nll|combined) OOD score [-\d]", text)
     assert ("credal set holds exactly two classes" in text) != ("no such example to show" in text)
     assert "was never seen in training; its nearest training class is" in text
     # every example with its evidence under the novelty discount (issue 14): r(x) in [0, 1]
