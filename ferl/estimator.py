@@ -268,7 +268,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
         self.evidence_weights_ = None
-        self.set_scores_ = self.discount_point_ = None  # a refit drops the calibrations of the last fit
+        # a refit drops the calibrations of the last fit
+        self.set_scores_ = self.discount_point_ = self.novelty_reference_ = None
         if self.evidence_weights == "learned":
             leaf_phi = fired.dense(fired.phi)[:, self.tree_.is_leaf]
             with one_blas_thread():  # lbfgs on a few 10^4 weights: threads only contend
@@ -354,10 +355,9 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             One sample.
         top_k : int >= 1 or None, default=5
             Anomalous attributes listed (`anomalous_features`).
-        kind : {"typical", "energy", "ignorance"} or None, default=None
+        kind : {"typical", "joint", "energy"} or None, default=None
             The OOD score's kind (`ood_score`); None: the one the product flags with,
-            `ferl.novelty.default_kind` (``"energy"`` with learned weights of evidence, else
-            ``"typical"``). The explanation names it (``ood_kind``).
+            `ferl.novelty.default_kind`. The explanation names it (``ood_kind``).
 
         Returns
         -------
@@ -383,9 +383,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         if mode == "typical":
             trust = typical_reliability(typical, self.rule_prototypes_.discount)[0]
         elif mode == "point":
-            energy = (self._read(X, evidence=False, score="energy").score
-                      if self._point_kind() == "energy" else None)
-            trust = point_reliability(self.discount_point_, typical, energy,
-                                      self.rule_prototypes_.discount)[0]
+            own_kind = default_kind(self)
+            own = score if kind == own_kind else self._read(X, evidence=False, score=own_kind).score
+            trust = point_reliability(self.discount_point_, own)[0]
         return build_explanation(self, X, phi, reliability, ranked, float(score[0]), kind, float(radius[0]),
                                  trust)

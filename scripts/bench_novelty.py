@@ -121,8 +121,8 @@ def geometric(X, y, seed):
             tag = "on" if gates else "off"
             row[f"{name}_firing_{tag}"] = ood_auroc(ablation_score(clf, X_te, "firing"),
                                                     ablation_score(clf, X_ood, "firing"))
-            row[f"{name}_ignorance_{tag}"] = ood_auroc(clf.ood_score(X_te, "ignorance"),
-                                                       clf.ood_score(X_ood, "ignorance"))
+            row[f"{name}_ignorance_{tag}"] = ood_auroc(ablation_score(clf, X_te, "ignorance"),
+                                                       ablation_score(clf, X_ood, "ignorance"))
             acc[tag] = float(np.mean(clf.predict(X_te) == y_te))
         clf.set_params(bounded_support=True)
         row[f"{name}_typical_on"] = ood_auroc(clf.ood_score(X_te), clf.ood_score(X_ood))
@@ -146,8 +146,8 @@ def loco(X, y, seed, max_classes=4):
         for kind in FERL_OOD_KINDS:
             scores[kind].append(ood_auroc(ferl_score(clf, X_id, kind), ferl_score(clf, X_ood, kind)))
         clf.set_params(novelty_discount=True)
-        scores["discounted"].append(ood_auroc(clf.ood_score(X_id, "ignorance"),
-                                              clf.ood_score(X_ood, "ignorance")))
+        scores["discounted"].append(ood_auroc(ablation_score(clf, X_id, "ignorance"),
+                                              ablation_score(clf, X_ood, "ignorance")))
     return {f"loco_{k}": float(np.mean(v)) for k, v in scores.items()}
 
 

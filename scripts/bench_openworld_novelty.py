@@ -44,6 +44,7 @@ from cbm.openworld.metrics import image_anomaly_ground_truth, precision_at_k
 from ferl import FERLClassifier
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED, FERL_OOD_KINDS, ferl_score
+from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.novelty import discount as evidence_discount
 
 
@@ -87,9 +88,9 @@ def evaluate(fold_dir: Path, seed: int, retained: list[int], profiles, heldout_p
         row[f"abstain_novel_{tag}"] = 100 * sets[heldout_part].all(axis=1).mean()
         row[f"accuracy_{tag}"] = 100 * np.mean(clf.predict(X["test"]) == tables["test"].y)
         if on is True:
-            scores[DISCOUNTED] = {p: clf.ood_score(X[p], "ignorance") for p in parts}
+            scores[DISCOUNTED] = {p: ablation_score(clf, X[p], "ignorance") for p in parts}
         elif on:
-            scores[f"{DISCOUNTED}-rules"] = {p: clf.ood_score(X[p], "ignorance") for p in parts}
+            scores[f"{DISCOUNTED}-rules"] = {p: ablation_score(clf, X[p], "ignorance") for p in parts}
     clf.set_params(novelty_discount=False)
     for name, s in scores.items():
         summary = M.ood_summary(s["val"], s["test"], s[heldout_part])

@@ -156,8 +156,10 @@ def ferl_kernels_compiled() -> None:
     for model in models:
         model.fit(X, y)
         model.predict_set(X)
+        if model.evidence_weights_ is not None:  # energy and joint need learned weights, joint a reference
+            model.calibrate_novelty(X)
         for kind in OOD_KINDS:
-            if kind != "energy" or model.evidence_weights_ is not None:  # energy needs learned weights
+            if kind == "typical" or model.evidence_weights_ is not None:
                 model.ood_score(X, kind=kind)
         for kind in ABLATION_KINDS:
             ablation_score(model, X, kind)

@@ -62,8 +62,8 @@ def test_notebook_executes_on_a_tiny_run(tiny_run, monkeypatch):
     assert f"{tiny_run}: 24 concepts, 8 classes" in text and "ferl-deep on calibrated concepts" in text
     assert "| rule | IF | THEN | confidence | support | alone | distribution |" in markdown  # the rule list
     assert "Prediction **" in markdown and "**Rules that fired**" in markdown
-    assert "energy OOD score" in markdown  # the kind the run's threshold flags with
+    assert "joint OOD score" in markdown  # the kind the run's threshold flags with
     assert "**Intervened concepts**" in markdown and "Before the intervention: prediction" in markdown
     assert "firing" in html and "routing loss" in html  # fired rules and anomalous attributes tables
     assert pngs >= 3  # the tree and at least two example figures
-    assert "novelty threshold: energy OOD score >" in text and "ood_flag" in html  # Pipeline rows
+    assert "novelty threshold: joint OOD score >" in text and "ood_flag" in html  # Pipeline rows

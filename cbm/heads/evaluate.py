@@ -36,7 +36,7 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
         ``accuracy`` and ``ece`` (fractions), ``aurc`` (0-100, confidence = the largest class
         probability); for FERL heads also ``coverage``, ``determinacy``, ``mean_set_size``,
         ``abstention_rate`` (all-class sets) and ``u65`` / ``u80`` of the credal sets; once the
-        head's novelty discount is calibrated (`FERLHead.fit_discount`), ``discount_abstention`` and
+        head's novelty discount is calibrated (`FERLHead.fit_novelty`), ``discount_abstention`` and
         ``discount_accepted_accuracy``: the share of all-class sets with the discount on and the
         accuracy on the other inputs (None when every input abstains).
 

@@ -57,6 +57,10 @@ from ferl.io.persist import StepWriter, folder_lock
 
 __all__ = ["INPUTS", "evaluate_head", "fit_head", "fit_head_main", "fit_head_parser"]
 
+#: Share of the val inputs the novelty threshold accepts; ``1 - ACCEPT`` of them may abstain with the
+#: novelty discount on (the open-world protocol's rule, paper Table 3 "Reject").
+ACCEPT = 0.95
+
 log = logging.getLogger(__name__)
 
 #: The two concept representations every head is fitted on (Table 4 columns).
@@ -163,9 +167,11 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
             head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
             fit_seconds = time.perf_counter() - start
             if isinstance(head, FERLHead):
-                threshold = head.fit_ood_threshold(X_sets[kind])  # val calibrated out of sample, like test
+                # val calibrated out of sample, like test; the sets first (the discount reads them),
+                # the threshold last (of the kind the calibration makes the head's own)
                 head.fit_sets(X_sets[kind], y_val, coverage)
-                head.fit_discount(X_sets[kind][np.isin(y_val, head.classes_)], 1.0 - threshold["accept"])
+                head.fit_novelty(X_sets[kind][np.isin(y_val, head.classes_)], 1.0 - ACCEPT)
+                head.fit_ood_threshold(X_sets[kind], ACCEPT)
             metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
             if coverage is not None:
                 metrics.update(conformal_metrics(head, X_sets[kind], y_val, X_test[kind], y_test, coverage))

@@ -113,14 +113,16 @@ class FERLHead(ConceptHead):
         else:
             self.coverage_ = None
 
-    def fit_discount(self, X: np.ndarray, abstain: float = 0.05) -> None:
-        """Set the novelty discount's operating point on held-out concept vectors ``X`` (n, k) of the
-        head's classes: with ``novelty_discount`` on, at most ``abstain`` of them abstain
-        (`ferl.FERLClassifier.calibrate_discount`), abstention read on the head's own set (call
-        `fit_sets` first). The head's own read-out keeps the discount off;
-        `cbm.heads.evaluate.discount_metrics` and the report read the head with it on.
+    def fit_novelty(self, X: np.ndarray, abstain: float = 0.05) -> None:
+        """Calibrate the head's novelty read-out on held-out concept vectors ``X`` (n, k) of its
+        classes (`ferl.FERLClassifier.calibrate_novelty`): the ``joint`` score's reference (learned
+        weights) and the discount's operating point, at which with ``novelty_discount`` on at most
+        ``abstain`` of them abstain, read on the head's own set (call `fit_sets` first; call
+        `fit_ood_threshold` after it, so that the threshold is of the calibrated kind). The head's
+        own read-out keeps the discount off; `cbm.heads.evaluate.evaluate_head` and the report read
+        the head with it on.
         ValueError: bad concept vectors, ``abstain`` outside [0, 1)."""
-        self.model_.calibrate_discount(self._check_X(X), abstain=abstain, coverage=self.coverage_)
+        self.model_.calibrate_novelty(self._check_X(X), abstain=abstain, coverage=self.coverage_)
 
     @property
     def ood_kind(self) -> str:

@@ -53,7 +53,12 @@ from cbm.detector.crossfit import CROSSFIT_SPLIT
 from cbm.detector.train import train_detector
 from cbm.heads import FERLHead, make_head
 from cbm.heads.train_concepts import resolve_train_concepts
-from cbm.openworld.metrics import anomaly_ground_truth, image_anomaly_ground_truth, precision_at_k
+from cbm.openworld.metrics import (
+    anomaly_ground_truth,
+    best_detection_at_rate,
+    image_anomaly_ground_truth,
+    precision_at_k,
+)
 from cbm.openworld.settings import EvalSettings, check_keep_checkpoints, prune_checkpoints
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, ferl_score
@@ -70,18 +75,10 @@ __all__ = [
 ]
 
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
-#: 4: ``scores.npz`` holds the first head's outputs (``main_*``) for the report's curves;
-#: 5: ``train_concepts`` (the heads' training vectors: cross-fitted or in-sample), FERL heads with the
-#: novelty discount and the leaf-Gaussian ``nll`` score; 6: the ``leaf`` score, pooled leaf covariances;
-#: 7: the ``typical`` and ``prototype`` scores (`ferl.novelty.prototypes`); 8: the ``typical`` novelty
-#: discount (`ferl.novelty.discount`): abstention and examples with it on; 9: ``typical`` with the leaf
-#: term without the paper's residual and the prototype distance in training ranges; 11: the head of
-#: ``fit-head`` (``ferl_settings``) and the classifier-confidence baselines; 12: the val rows calibrated
-#: out of sample (`cbm.concepts.calibration.crossfit_calibrate`), as ``fit-head`` calibrates the rows
-#: its thresholds are fitted on; 13: each FERL head's own kind of OOD score (``heads.<h>.ood_kind``,
-#: `ferl.novelty.default_kind`), which the examples show and the report leads with; 14: the novelty
-#: discount at its operating point (``accept`` of val kept, the split-conformal count).
-RESULT_VERSION = 14
+#: 12: val calibrated out of sample (`cbm.concepts.calibration.crossfit_calibrate`), as in fit-head;
+#: 13: each FERL head's own kind of OOD score; 14: the novelty discount at its operating point;
+#: 15: the ``joint`` score (`ferl.novelty.joint`) and the best baseline at the discount's rate.
+RESULT_VERSION = 15
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 
@@ -298,7 +295,7 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
         head = make_head(h, seed, settings=settings.ferl_settings)
         head = fitted[h] = head.fit(X["train"], label_of[y_train], concept_names)
         _record(steps, f"head_fit:{h}", y_train, fold.retained, fold)
-        head.fit_discount(X["val"], 1.0 - settings.accept)  # the discount's operating point
+        head.fit_novelty(X["val"], 1.0 - settings.accept)  # the joint score, the discount's operating point
         _record(steps, f"discount:{h}", tables["val"].y, fold.retained, fold)
         for kind in settings.ferl_kinds:
             scores[f"{h}:{kind}"] = {p: ferl_score(head.model_, X[p], kind) for p in ("val", "test", "novel")}
@@ -308,6 +305,9 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
         _record(steps, f"baseline_fit:{b}", y_train, fold.retained, fold)
         scores[b] = {p: det.score(X[p]) for p in ("val", "test", "novel")}
     _record(steps, "threshold", tables["val"].y, fold.retained, fold)
+    for m in heads_out.values():  # the baselines at the discount's operating point (issue 33)
+        m["baseline_at_discount"], m["baseline_detection_at_discount"] = best_detection_at_rate(
+            scores, settings.baselines, m["abstain_test_discounted"])
     ood = {d: M.ood_summary(s["val"], s["test"], s["novel"], settings.accept) for d, s in scores.items()}
     explained = []
     if examples:

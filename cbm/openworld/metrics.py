@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["anomaly_ground_truth", "image_anomaly_ground_truth", "precision_at_k"]
+__all__ = ["anomaly_ground_truth", "best_detection_at_rate", "image_anomaly_ground_truth", "precision_at_k"]
 
 
 def anomaly_ground_truth(
@@ -131,3 +131,37 @@ def precision_at_k(ranked: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(truth, ranked[:, :k], axis=1).mean(axis=1)
 
 
+
+
+def best_detection_at_rate(scores: dict[str, dict[str, np.ndarray]], names: Sequence[str],
+                           rate: float) -> tuple[str, float]:
+    """The baseline that flags the most held-out test inputs when it flags ``rate`` of the retained
+    ones: the comparison of issue 33's operating point (the novelty discount's abstention on
+    held-out inputs against a baseline thresholded to flag as many retained inputs).
+
+    Parameters
+    ----------
+    scores : dict
+        Score name -> ``{"test": (n,), "novel": (m,)}`` float arrays (higher = more novel).
+    names : sequence of str
+        The baselines to compare (keys of ``scores``).
+    rate : float in [0, 1]
+        The share of retained test inputs flagged (the discount's retained abstention).
+
+    Returns
+    -------
+    (str, float) or (None, None)
+        The best baseline and its share of held-out inputs flagged, in [0, 1]: those above the
+        ``1 - rate`` quantile of its retained test scores (none when ``rate`` is 0); None, None
+        without baselines.
+    """
+    if not names:
+        return None, None
+    def flagged(s):
+        if rate <= 0:
+            return 0.0
+        return float(np.mean(s["novel"] > np.quantile(s["test"], 1.0 - rate)))
+
+    found = {b: flagged(scores[b]) for b in names}
+    best = max(found, key=found.get)
+    return best, found[best]

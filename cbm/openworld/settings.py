@@ -54,7 +54,7 @@ class EvalSettings:
     """
 
     heads: tuple[str, ...] = ("ferl-deep",)
-    ferl_kinds: tuple[str, ...] = ("typical", "leaf", "prototype", "nll", "residual", "combined",
+    ferl_kinds: tuple[str, ...] = ("typical", "joint", "leaf", "prototype", "nll", "residual", "combined",
                                     "ignorance", DISCOUNTED, "firing", *BETP_KINDS, "energy")
     baselines: tuple[str, ...] = ("mahalanobis", "knn", "iforest", "lr-msp", "lr-entropy", "lr-energy")
     accept: float = 0.95

@@ -232,4 +232,4 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
     if kind != DISCOUNTED:
         return model.ood_score(X, kind=kind)
     with discounting(model):
-        return model.ood_score(X, kind="ignorance")
+        return ablation_score(model, X, "ignorance")

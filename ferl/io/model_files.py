@@ -44,6 +44,8 @@ def save_classifier(est, path: str | os.PathLike) -> Path:
         arrays["set_scores"] = est.set_scores_
     if getattr(est, "discount_point_", None) is not None:
         arrays["discount_point"] = est.discount_point_
+    if getattr(est, "novelty_reference_", None) is not None:
+        arrays["novelty_reference"] = est.novelty_reference_
     if getattr(est, "evidence_weights_", None) is not None:
         weights = est.evidence_weights_
         arrays.update({f"weights_{k}": getattr(weights, k) for k in EvidenceWeights.SAVED_FIELDS})
@@ -131,13 +133,28 @@ def load_classifier(cls, path: str | os.PathLike):
             raise ValueError(f"{path}: corrupted model (set_scores must be finite float64 of shape "
                              f"(n_cal,)); calibrate and save the model again")
         est.set_scores_ = scores
-    point = arrays.get("discount_point")  # absent unless calibrate_discount was called
-    if point is not None:
-        if point.shape != (2,) or point.dtype != np.float64 or not np.isfinite(point).all() or point[1] <= 0:
-            raise ValueError(f"{path}: corrupted model (discount_point must be finite float64 (tau, width) "
-                             f"with width > 0); calibrate and save the model again")
-        est.discount_point_ = point
+    # both absent unless calibrate_novelty was called
+    est.discount_point_ = _calibration(path, arrays, "discount_point", 2, "(tau, width)", [1])
+    est.novelty_reference_ = _calibration(path, arrays, "novelty_reference", 4, "(mu_t, sd_t, mu_e, sd_e)",
+                                          [1, 3])
+    if est.novelty_reference_ is not None and est.evidence_weights_ is None:
+        raise ValueError(f"{path}: corrupted model (a novelty_reference without learned weights of "
+                         "evidence); refit and save the model again")
     return est
+
+
+def _calibration(path, arrays: dict, name: str, size: int, what: str,
+                 positive: list[int]) -> np.ndarray | None:
+    """A saved calibration array of ``calibrate_novelty`` (None when absent), or ValueError naming
+    what is wrong with it."""
+    value = arrays.get(name)
+    if value is None:
+        return None
+    if (value.shape != (size,) or value.dtype != np.float64 or not np.isfinite(value).all()
+            or (value[positive] <= 0).any()):
+        raise ValueError(f"{path}: corrupted model ({name} must be finite float64 {what} with positive "
+                         f"scales); call calibrate_novelty and save the model again")
+    return value
 
 
 def _load_weights(path, est, tree: FuzzyTree, meta: dict, arrays: dict) -> EvidenceWeights | None:

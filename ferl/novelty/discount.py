@@ -137,33 +137,22 @@ def discounting(model) -> Iterator:
 POINT_WIDTH = 0.1
 
 
-def point_reliability(point: np.ndarray, typical: np.ndarray, energy: np.ndarray | None = None,
-                      discount: np.ndarray | None = None) -> np.ndarray:
-    """The calibrated discount's reliability ``r(x)`` at the operating point ``point = (tau, width)``.
-
-    Without ``energy``: ``exp(-max(0, t - tau) / width)`` of the ``"typical"`` scores ``t``. With
-    the learned weights' ``energy`` ``e``: ``exp(-max(0, e - tau) / width)`` times the uncalibrated
-    ``"typical"`` reliability (`typical_reliability` with ``discount``): discounting twice, once per
-    reason for distrust (Shafer's discountings compose by the product of their reliabilities). The
-    energy ranks held-out classes best among inputs in the training ranges, but it barely moves
-    far outside them (the rules' ramps are clipped there), where the ``"typical"`` score soars.
+def point_reliability(point: np.ndarray, score: np.ndarray) -> np.ndarray:
+    """The calibrated discount's reliability ``r(x) = exp(-max(0, s - tau) / width)``.
 
     Parameters
     ----------
     point : ndarray of shape (2,)
-        ``(tau, width)`` of `fit_operating_point`, ``width > 0``, in units of the score it reads.
-    typical : ndarray of shape (n,), float64 >= 0
-    energy : ndarray of shape (n,), float64, or None
-    discount : ndarray of shape (2,) or None
-        The uncalibrated curve's ``(tau, lambda)`` (`fit_discount`); needed with ``energy``.
+        ``(tau, width)`` of `fit_operating_point`, ``width > 0``, in units of the score.
+    score : ndarray of shape (n,), float64, finite
+        The model's own OOD score (`ferl.novelty.kinds.default_kind`: ``joint`` or ``typical``;
+        any sign).
 
     Returns
     -------
-    ndarray of shape (n,), float64 in [0, 1]: 1 where both scores are below their points.
+    ndarray of shape (n,), float64 in [0, 1]: 1 up to ``tau``, 1/2 at ``tau + width log 2``.
     """
-    score = typical if energy is None else energy
-    r = np.exp(-np.maximum(np.asarray(score, dtype=np.float64) - point[0], 0.0) / point[1])
-    return r if energy is None else r * typical_reliability(typical, discount)
+    return np.exp(-np.maximum(np.asarray(score, dtype=np.float64) - point[0], 0.0) / point[1])
 
 
 def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarray:

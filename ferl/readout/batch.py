@@ -22,6 +22,7 @@ import numpy as np
 from ferl.evidence.algebra import Evidence, combine_sparse, discount, discount_evidence
 from ferl.evidence.weights import EvidenceWeights, evidence_energy, evidence_from_weights, rule_sources
 from ferl.novelty.discount import point_reliability, typical_reliability
+from ferl.novelty.joint import joint_score
 from ferl.novelty.kinds import SCORE_KINDS
 from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
 from ferl.novelty.prototypes import RulePrototypes, prototype_kind
@@ -125,7 +126,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
              novelty_discount: str | None = None, score: str | None = None,
              prototypes: RulePrototypes | None = None,
              weights: tuple[EvidenceWeights, np.ndarray] | None = None,
-             point: tuple[str, np.ndarray] | None = None) -> Readout:
+             point: tuple[str, np.ndarray] | None = None, reference: np.ndarray | None = None) -> Readout:
     """Evidence, novelty and / or an OOD score of validated inputs from one firing pass per chunk.
 
     Parameters
@@ -155,8 +156,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         (`ferl.novelty.kinds.SCORE_KINDS`): ``"ignorance"`` is the
         evidence's ``m(Theta)`` (computed whatever ``evidence`` says), ``"energy"`` the learned
         weights' energy (`ferl.evidence.weights.evidence_energy`; ValueError without ``weights``),
-        the others come from `ferl.novelty.ood_score.score_totals` and, for ``"typical"`` and
-        ``"prototype"``, `ferl.novelty.prototypes`; None for none.
+        ``"joint"`` the standardised sum of ``"typical"`` and ``"energy"`` (`ferl.novelty.joint`;
+        ValueError without ``weights`` and ``reference``), the others come from
+        `ferl.novelty.ood_score.score_totals` and, for ``"typical"`` and ``"prototype"``,
+        `ferl.novelty.prototypes`; None for none.
     prototypes : RulePrototypes or None
         The tree's rule prototypes; needed by the kinds of `ferl.novelty.prototypes`.
     weights : (EvidenceWeights, ndarray of shape (n_features, 2)) or None
@@ -164,8 +167,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         evidence combines the weighted rules instead of the nodes' masses; None for the paper's.
     point : (kind, ndarray of shape (2,)) or None
         The discount's calibrated operating point (`ferl.novelty.discount.fit_operating_point`): the
-        kind of score it reads (``"energy"`` or ``"typical"``) and ``(tau, width)``; needed by
-        ``novelty_discount="point"``.
+        kind of score it reads (a kind of `ferl.novelty.kinds.OOD_KINDS`) and ``(tau, width)``;
+        needed by ``novelty_discount="point"``.
+    reference : ndarray of shape (4,) or None
+        The ``"joint"`` score's held-out moments (`ferl.novelty.joint.fit_reference`).
 
     Returns
     -------
@@ -174,15 +179,20 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     Raises
     ------
     ValueError
-        ``score`` neither None nor one of `ferl.novelty.kinds.SCORE_KINDS`.
+        ``score`` neither None nor one of `ferl.novelty.kinds.SCORE_KINDS`, ``"energy"`` or
+        ``"joint"`` without what they need.
     """
     if score is not None and score not in SCORE_KINDS:
         raise ValueError(f"unknown OOD score kind {score!r}; expected one of {list(SCORE_KINDS)}")
-    if score == "energy" and weights is None:
-        raise ValueError("the 'energy' OOD score needs a model fitted with evidence_weights='learned'")
-    evidence = evidence or score in ("ignorance", "energy")
+    if score in ("energy", "joint") and weights is None:
+        raise ValueError(f"the {score!r} OOD score needs a model fitted with evidence_weights='learned'")
+    if score == "joint" and reference is None:
+        raise ValueError("the 'joint' OOD score needs held-out reference inputs: call "
+                         "calibrate_novelty(X_val) first")
+    evidence = evidence or score in ("ignorance", "energy", "joint")
     discount = novelty_discount if evidence else None
     point_kind = point[0] if discount == "point" else None
+    wanted = {score, point_kind}  # the scores this pass must compute
     parts_e, parts_n, parts_s = [], [], []
     scratch = thread_scratch()  # every output below is computed from `fired` before the next chunk
     for start in range(0, X.shape[0], CHUNK):
@@ -197,7 +207,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
             values, nll = score_totals(tree, leaves, rows, fired, score, want_nll)
             parts_s.append(values)
             leaf_nll = leaf_nll if nll is None else nll
-        if "typical" in (score, discount) or point_kind:  # the "leaf" score's tail is half of it
+        if wanted & {"typical", "joint"} or discount == "typical":  # the "leaf" score's tail is half of it
             if score != "leaf":
                 values, nll = score_totals(tree, leaves, rows, fired, "leaf", want_nll)
                 leaf_nll = leaf_nll if nll is None else nll
@@ -214,16 +224,17 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
             else:
                 strengths = rule_sources(rows, weights[1], fired.dense(fired.phi)[:, tree.is_leaf])
                 parts_e.append(evidence_from_weights(weights[0], strengths))
-                if "energy" in (score, point_kind):
+                if wanted & {"energy", "joint"}:
                     energy = evidence_energy(weights[0], strengths)
-                    if score == "energy":
-                        parts_s.append(energy)
+                    joint = joint_score(typical, energy, reference) if "joint" in wanted else None
+                    if score in ("energy", "joint"):
+                        parts_s.append(energy if score == "energy" else joint)
             if discount == "typical":
                 reliability = typical_reliability(typical, prototypes.discount)
                 parts_e[-1] = discount_evidence(parts_e[-1], reliability)
             elif discount == "point":
-                parts_e[-1] = discount_evidence(parts_e[-1], point_reliability(
-                    point[1], typical, energy if point_kind == "energy" else None, prototypes.discount))
+                own = typical if point_kind == "typical" else energy if point_kind == "energy" else joint
+                parts_e[-1] = discount_evidence(parts_e[-1], point_reliability(point[1], own))
             if score == "ignorance":
                 parts_s.append(parts_e[-1].ignorance.copy())
     return Readout(_concat(Evidence, parts_e) if evidence else None,

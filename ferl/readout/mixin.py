@@ -11,7 +11,8 @@ import numpy as np
 from ferl.evidence.algebra import Evidence, discount_evidence
 from ferl.evidence.conformal import coverage_set
 from ferl.novelty.discount import fit_operating_point, point_reliability
-from ferl.novelty.kinds import SCORE_KINDS, check_kind
+from ferl.novelty.joint import fit_reference
+from ferl.novelty.kinds import SCORE_KINDS, check_kind, default_kind
 from ferl.novelty.scores import AnomalousFeature, Novelty
 from ferl.readout.batch import CredalReadout, Readout, discounted, read_out
 
@@ -61,7 +62,8 @@ class ReadoutMixin:
                         self._gate_margin(), self._sources(), self.combination, evidence, novelty,
                         None if mode in ("typical", "point") and not typical else mode, score,
                         self.rule_prototypes_, self._weights(),
-                        None if point is None else (self._point_kind(), point))
+                        None if point is None else (default_kind(self), point),
+                        getattr(self, "novelty_reference_", None))
 
     def _weights(self):
         """The learned weights of evidence and the feature ranges (`ferl.readout.batch.read_out`), or None."""
@@ -70,18 +72,13 @@ class ReadoutMixin:
 
     def _discount_mode(self) -> str | None:
         """`novelty_discount` as `ferl.readout.batch.read_out` takes it: None (off), "typical", "rules"
-        or, for True once `calibrate_discount` has set an operating point, "point"."""
+        or, for True once `calibrate_novelty` has set an operating point, "point"."""
         mode = self.novelty_discount
         if isinstance(mode, str):
             return mode
         if not mode:
             return None
         return "point" if getattr(self, "discount_point_", None) is not None else "typical"
-
-    def _point_kind(self) -> str:
-        """The OOD score the calibrated discount reads: the learned weights' ``"energy"`` when the
-        model has them (it ranks held-out classes best on real concepts), else ``"typical"``."""
-        return "energy" if self._weights() is not None else "typical"
 
     def _reliability(self, X, fired=None, leaf_nll=None) -> np.ndarray:
         """Source reliabilities (n, n_nodes) of validated ``X`` (`ferl.readout.batch.discounted`), from
@@ -161,26 +158,31 @@ class ReadoutMixin:
                              "calibrate_sets(X_cal, y_cal) first")
         return coverage_set(ev.plausibility, scores, coverage)
 
-    def calibrate_discount(self, X, abstain: float = 0.05, coverage: float | None = None) -> Self:
-        """Set the novelty discount's operating point on held-out in-distribution inputs (beyond the
-        paper): with ``novelty_discount=True`` at most ``abstain`` of ``X`` abstain.
+    def calibrate_novelty(self, X, abstain: float = 0.05, coverage: float | None = None) -> Self:
+        """Calibrate the novelty read-out on held-out in-distribution inputs (beyond the paper): the
+        ``joint`` score's reference and the novelty discount's operating point.
 
-        The uncalibrated ``"typical"`` discount (`ferl.novelty.discount`) falls past quantiles of
-        the training rows' scores; with learned weights of evidence the masses are so concentrated
-        that it made no held-out CUB-50 image abstain (docs/results/novelty.md). Calibrated, the
-        discount reads the model's own novelty score (``"energy"`` with learned weights, else
-        ``"typical"``) and falls steeply past the point where ``abstain`` of the held-out inputs
-        abstain (`ferl.novelty.discount.fit_operating_point`), so the held-out classes' abstention
-        at that operating point is what the score's ranking buys. Stored as ``discount_point_``
-        (float64 (2,): ``tau, width``, saved with the model); `explain`, `predict_set`, `evidence`
-        use it whenever the discount is on. Returns self.
+        1. With learned weights of evidence, the ``typical`` and ``energy`` scores of ``X`` give the
+           moments that standardise them in the ``joint`` score (`ferl.novelty.joint`), which
+           becomes the model's own kind (`ferl.novelty.kinds.default_kind`); stored as
+           ``novelty_reference_`` (float64 (4,)).
+        2. The novelty discount (``novelty_discount=True``) then reads the model's own kind and
+           falls steeply past the point where at most ``abstain`` of ``X`` abstain
+           (`ferl.novelty.discount.fit_operating_point`): what a user meets is that operating
+           point, and the held-out classes' abstention there is what the score's ranking buys.
+           The uncalibrated ``"typical"`` discount (`ferl.novelty.discount`) falls past quantiles
+           of the training rows' scores instead; with learned weights the masses are so
+           concentrated that it made no held-out CUB-50 image abstain (docs/results/novelty.md).
+           Stored as ``discount_point_`` (float64 (2,): ``tau, width``).
+
+        Both are saved with the model; a refit drops them. Returns self.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features_in_), n_samples >= 1
+        X : array-like of shape (n_samples, n_features_in_), n_samples >= 2
             Inputs of the training classes the model did not see (e.g. the validation split).
         abstain : float in [0, 1), default=0.05
-            The largest share of ``X`` allowed to abstain with the discount on.
+            The largest probability that a new in-distribution input abstains with the discount on.
         coverage : float in (0, 1) or None, default=None
             The credal set whose all-class rows count as abstentions, as in `predict_set`: the
             discounted plausibility ``r Pl + 1 - r`` fills a coverage-targeted set sooner than the
@@ -191,18 +193,22 @@ class ReadoutMixin:
         Raises
         ------
         ValueError
-            Bad ``X``, ``abstain`` outside [0, 1), a ``coverage`` that `predict_set` refuses.
+            Bad ``X`` or fewer than two rows, ``abstain`` outside [0, 1), a ``coverage`` that
+            `predict_set` refuses.
         """
         X = self._check_X(X)
+        if X.shape[0] < 2:
+            raise ValueError(f"calibrate_novelty needs at least 2 held-out inputs, got {X.shape[0]}")
         self._credal_set(self._read(X[:1], typical=False).evidence, coverage)  # refuse a bad coverage first
-        kind = self._point_kind()
-        base = self._read(X, score=kind, typical=False)
-        typical = base.score if kind == "typical" else self._read(X, evidence=False, score="typical").score
-        energy = base.score if kind == "energy" else None
+        self.novelty_reference_ = None
+        if self._weights() is not None:
+            self.novelty_reference_ = fit_reference(self._read(X, evidence=False, score="typical").score,
+                                                    self._read(X, evidence=False, score="energy").score)
+        base = self._read(X, score=default_kind(self), typical=False)
 
         def abstains(point):
-            r = point_reliability(point, typical, energy, self.rule_prototypes_.discount)
-            return self._credal_set(discount_evidence(base.evidence, r), coverage).all(axis=1)
+            discounted = discount_evidence(base.evidence, point_reliability(point, base.score))
+            return self._credal_set(discounted, coverage).all(axis=1)
 
         self.discount_point_ = fit_operating_point(base.score, abstains, abstain)
         return self
@@ -228,7 +234,7 @@ class ReadoutMixin:
         self.set_scores_ = np.sort(1.0 - ev.plausibility[np.arange(X.shape[0]), index])
         return self
 
-    def credal_readout(self, X, kind: str = "typical", coverage: float | None = None) -> CredalReadout:
+    def credal_readout(self, X, kind: str | None = None, coverage: float | None = None) -> CredalReadout:
         """The credal set, the evidence and the OOD score of ``X`` from one firing pass.
 
         Equal to ``predict_set(X)``, ``evidence(X)`` and ``ood_score(X, kind)`` (the same floats),
@@ -236,16 +242,17 @@ class ReadoutMixin:
         fired once per chunk of rows (`ferl.readout.batch.CHUNK`), and the score shares the firings
         (and, with `novelty_discount`, the leaf NLLs) of the evidence: on the KEEL sets it takes
         about two thirds of the three calls' time. At many rows the nearest-prototype search of the
-        default ``typical`` score adds a large share (rows x prototypes x features, float32,
-        vectorised), which ``"energy"`` and ``"ignorance"`` skip. The read-out is bound by memory
+        ``typical`` score (alone or in ``joint``) adds a large share (rows x prototypes x
+        features, float32, vectorised), which ``"energy"`` skips. The read-out is bound by memory
         and suffers more than CART from busy neighbours. Timings against CART's ``predict``
         (``python scripts/bench_scale.py --sections keel,scale``): docs/results/speed.md.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in_)
-        kind : {"typical", "energy", "ignorance"}, default="typical"
-            The OOD score's kind, one of `ferl.novelty.kinds.OOD_KINDS` (see `ood_score`).
+        kind : {"typical", "joint", "energy"} or None, default=None
+            The OOD score's kind, one of `ferl.novelty.kinds.OOD_KINDS` (see `ood_score`); None:
+            the model's own, `ferl.novelty.default_kind`.
         coverage : float in (0, 1) or None, default=None
             The credal set's target coverage, as in `predict_set`.
 
@@ -261,7 +268,7 @@ class ReadoutMixin:
             `ferl.benchmarks.ood_kinds.ablation_score`), ``"energy"`` for the tree's evidence, NaN /
             inf in X, or a feature count other than ``n_features_in_``.
         """
-        out = self._read(self._check_X(X), score=check_kind(kind))
+        out = self._read(self._check_X(X), score=check_kind(default_kind(self) if kind is None else kind))
         return CredalReadout(self._credal_set(out.evidence, coverage), out.evidence, out.score)
 
     # ------------------------------------------------------------------ novelty (ferl.novelty.scores)
@@ -281,25 +288,26 @@ class ReadoutMixin:
         feature, ndarray of shape (n_samples, n_features_in_), >= 0. See `ferl.novelty.scores.Novelty`."""
         return self._novelty(self._check_X(X)).feature_anomaly
 
-    def ood_score(self, X, kind: str = "typical") -> np.ndarray:
+    def ood_score(self, X, kind: str | None = None) -> np.ndarray:
         """OOD score of each sample; higher means more novel.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features_in_)
-        kind : {"typical", "energy", "ignorance"}, default="typical"
-            ``"typical"``: the tails of the leaf Gaussians' score (their negative log-likelihood
-            per feature plus ``-log(eps + firing)``) and of the L1 distance to the nearest rule
-            prototype, in training ranges, among the training rows' in-sample scores, summed by
-            Fisher's method (`ferl.novelty.prototypes`; formulas in
-            `ferl.novelty.scores.Novelty.score`); ``"energy"``, for a model fitted with
+        kind : {"typical", "joint", "energy"} or None, default=None
+            None: the model's own kind, `ferl.novelty.default_kind` (what the product flags,
+            discounts and explains with). ``"typical"``: the tails of the leaf Gaussians' score
+            (their negative log-likelihood per feature plus ``-log(eps + firing)``) and of the L1
+            distance to the nearest rule prototype, in training ranges, among the training rows'
+            in-sample scores, summed by Fisher's method (`ferl.novelty.prototypes`; formulas in
+            `ferl.novelty.scores.Novelty.score`). ``"energy"``, for a model fitted with
             ``evidence_weights="learned"`` only: ``-log sum_k exp(w_k(x))`` of the weights of
-            evidence (`ferl.evidence.weights.evidence_energy`: little evidence for any class; the
-            best score on real concept vectors, docs/results/real-heads.md); ``"ignorance"``:
-            m(Theta) of `evidence`, so discounted when `novelty_discount`. The kind the product
-            flags with is `ferl.novelty.default_kind`'s. The other kinds the read-out computes (the
-            parts and predecessors of ``"typical"``, the paper's residual and firing scores) are
-            ablations: `ferl.benchmarks.ood_kinds.ablation_score` reads them.
+            evidence (`ferl.evidence.weights.evidence_energy`: little evidence for any class).
+            ``"joint"``, for such a model after `calibrate_novelty`: ``"typical"`` and
+            ``"energy"`` standardised on the held-out inputs and summed (`ferl.novelty.joint`).
+            The other kinds the read-out computes (the paper's ignorance, residual and firing
+            scores, the parts and predecessors of ``"typical"``) are ablations:
+            `ferl.benchmarks.ood_kinds.ablation_score` reads them.
 
         Returns
         -------
@@ -309,9 +317,11 @@ class ReadoutMixin:
         ------
         ValueError
             A ``kind`` not of `ferl.novelty.kinds.OOD_KINDS` (an ablation kind's message names
-            `ferl.benchmarks.ood_kinds.ablation_score`), ``"energy"`` for the tree's evidence, NaN /
-            inf in X, or a feature count other than ``n_features_in_``.
+            `ferl.benchmarks.ood_kinds.ablation_score`), ``"energy"`` or ``"joint"`` for the tree's
+            evidence, ``"joint"`` before `calibrate_novelty`, NaN / inf in X, or a feature count
+            other than ``n_features_in_``.
         """
+        kind = default_kind(self) if kind is None else kind
         return read_score(self, X, check_kind(kind))
 
     def anomalous_features(self, X, top_k: int | None = 5) -> list[list[AnomalousFeature]]:

@@ -1,4 +1,5 @@
-"""The novelty discount's calibrated operating point (`FERLClassifier.calibrate_discount`,
+"""The novelty read-out calibrated on held-out inputs: the discount's operating point
+(`FERLClassifier.calibrate_novelty`,
 `ferl.novelty.discount.fit_operating_point`, `ferl.novelty.discount.point_reliability`)."""
 
 import numpy as np
@@ -22,7 +23,7 @@ def _world(seed=0, n=900, d=6):
 def calibrated(request):
     X, y = _world()
     model = FERLClassifier(evidence_weights=request.param, random_state=0).fit(X[:500], y[:500])
-    return model.calibrate_discount(X[500:700], abstain=0.1), X
+    return model.calibrate_novelty(X[500:700], abstain=0.1), X
 
 
 def test_at_most_the_budget_of_the_reference_abstains_and_about_as_many_unseen_ones(calibrated):
@@ -54,7 +55,7 @@ def test_inputs_far_outside_the_training_ranges_abstain(calibrated):
 def test_with_the_discount_off_the_calibration_changes_nothing(calibrated):
     model, X = calibrated
     on = model.evidence(X[700:])
-    point, model.discount_point_ = model.discount_point_, None
+    point, model.discount_point_ = model.discount_point_, None  # the discount is off: no point read
     try:
         off = model.evidence(X[700:])
     finally:
@@ -85,16 +86,16 @@ def test_the_point_survives_save_and_load_and_a_corrupt_one_is_refused(calibrate
 
 def test_a_refit_drops_the_calibrations_of_the_last_fit():
     X, y = _world()
-    model = FERLClassifier(random_state=0).fit(X[:500], y[:500]).calibrate_discount(X[500:700])
+    model = FERLClassifier(random_state=0).fit(X[:500], y[:500]).calibrate_novelty(X[500:700])
     model.calibrate_sets(X[500:700], y[500:700])
     model.fit(X[:400], y[:400])
-    assert model.discount_point_ is None and model.set_scores_ is None
+    assert model.discount_point_ is None and model.set_scores_ is None and model.novelty_reference_ is None
 
 
 def test_a_budget_outside_zero_one_is_refused(calibrated):
     model, X = calibrated
     with pytest.raises(ValueError, match="abstain"):
-        model.calibrate_discount(X[500:700], abstain=1.0)
+        model.calibrate_novelty(X[500:700], abstain=1.0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -121,8 +122,30 @@ def test_the_point_is_calibrated_on_the_set_that_will_be_read():
     model.calibrate_sets(X[500:700], y[500:700])
     model.set_params(novelty_discount=True)
     for coverage in (None, 0.9):
-        model.calibrate_discount(X[500:700], abstain=0.1, coverage=coverage)
+        model.calibrate_novelty(X[500:700], abstain=0.1, coverage=coverage)
         allowed = 200 - int(np.ceil(0.9 * 201 - 1e-9))
         assert model.predict_set(X[500:700], coverage=coverage).all(axis=1).sum() <= allowed
     with pytest.raises(ValueError, match="coverage"):
-        model.calibrate_discount(X[500:700], coverage=1.5)
+        model.calibrate_novelty(X[500:700], coverage=1.5)
+
+
+def test_a_saved_reference_of_a_tree_evidence_model_is_refused(tmp_path):
+    X, y = _world()
+    model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])
+    model.calibrate_novelty(X[500:700]).save(tmp_path / "m")
+    loaded = FERLClassifier.load(tmp_path / "m")
+    np.testing.assert_array_equal(loaded.novelty_reference_, model.novelty_reference_)
+    np.testing.assert_array_equal(loaded.ood_score(X[700:]), model.ood_score(X[700:]))  # joint, both
+    meta, arrays = persist.read_model(tmp_path / "m")
+    arrays["novelty_reference"] = np.array([0.0, 1.0, 0.0, 0.0])  # an energy scale of 0
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    persist.write_model(tmp_path / "edited", meta, arrays)
+    with pytest.raises(ValueError, match="novelty_reference"):
+        FERLClassifier.load(tmp_path / "edited")
+
+
+def test_one_held_out_input_is_refused():
+    X, y = _world()
+    model = FERLClassifier(random_state=0).fit(X[:500], y[:500])
+    with pytest.raises(ValueError, match="at least 2"):
+        model.calibrate_novelty(X[500:501])

@@ -104,7 +104,7 @@ def test_input_no_leaf_reaches_gives_vacuous_mass_full_set_and_abstention(varian
     assert clf.predict_set(far).all() and ev.abstain.all()
     np.testing.assert_allclose(clf.predict_proba(far), 1.0 / 3)
     np.testing.assert_array_equal(ablation_score(clf, far, "firing"), 1.0)
-    np.testing.assert_array_equal(clf.ood_score(far, "ignorance"), 1.0)
+    np.testing.assert_array_equal(ablation_score(clf, far, "ignorance"), 1.0)
 
 
 # ---------------------------------------------------------------------- free-feature Gaussians
@@ -197,7 +197,7 @@ def test_ood_score_kinds_follow_their_formulas(wine_deep, wine):
     firing = ablation_score(wine_deep, Z, "firing")
     np.testing.assert_allclose(residual, nov.residual_share.sum(axis=1))
     np.testing.assert_allclose(firing, wine_deep.routing_loss(Z).sum(axis=1))
-    np.testing.assert_array_equal(wine_deep.ood_score(Z, "ignorance"), wine_deep.evidence(Z).ignorance)
+    np.testing.assert_array_equal(ablation_score(wine_deep, Z, "ignorance"), wine_deep.evidence(Z).ignorance)
     firing_term = -np.log(FIRING_EPS + 1 - firing) + np.log1p(FIRING_EPS)
     combined = 0.5 * residual + firing_term
     np.testing.assert_allclose(ablation_score(wine_deep, Z, "combined"), combined, rtol=1e-12)

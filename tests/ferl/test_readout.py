@@ -147,13 +147,18 @@ def test_margins_follow_parameters_changed_after_fit():
     np.testing.assert_array_equal(ablation_score(clf, far, "firing"), before)
 
 
-@pytest.mark.parametrize("kind", [None, ["nll"], np.array(["nll"]), "NLL"])
+@pytest.mark.parametrize("kind", [["nll"], np.array(["nll"]), "NLL"])
 def test_an_ood_kind_that_is_not_one_of_the_kinds_is_refused(kind):
     clf, X = _fit("compact")
     for call in (clf.ood_score, clf.credal_readout):
         with pytest.raises(ValueError, match="unknown OOD score kind"):
-            call(X[:3], kind)  # None returned None (ood_score) / a read-out without a score; an
-            # array holding "nll" was read as "nll"
+            call(X[:3], kind)  # an array holding "nll" was read as "nll"
+
+
+def test_no_kind_means_the_models_own_kind_never_no_score():
+    clf, X = _fit("compact")  # None once returned None (ood_score) / a read-out without a score
+    np.testing.assert_array_equal(clf.ood_score(X[:3], None), clf.ood_score(X[:3], "typical"))
+    np.testing.assert_array_equal(clf.credal_readout(X[:3]).ood_score, clf.ood_score(X[:3], "typical"))
 
 
 @pytest.mark.parametrize("name, value", [("novelty_discount", "no"), ("bounded_support", "no"),

@@ -156,18 +156,19 @@ def test_golden_tiny_synthetic_run(golden):
         assert r["heads"]["ferl-deep"]["accuracy"] >= 0.9
     report = (out / "report.md").read_text()
     assert "| FERL-deep (residual) |" in report and "| p@3 true concepts |" in report
-    # the table leads with the head's own score (fit-head's FERL-deep: the learned weights' energy) and
+    # the table leads with the head's own score (fit-head's FERL-deep: its joint score) and
     # the baselines; the ablation kinds and FERL's other scores sit in the appendix
-    assert all(r["heads"]["ferl-deep"]["ood_kind"] == "energy" for r in run["results"])
+    # fit-head's head, calibrated on val: the joint score of its typicality and its class evidence
+    assert all(r["heads"]["ferl-deep"]["ood_kind"] == "joint" for r in run["results"])
     main, appendix = report.split("## Appendix: FERL's other scores")
     table = main.split("## Detection of held-out classes")[1].split("\n## ")[0]
-    assert "| FERL-deep (energy) |" in table and "| kNN (k=5) |" in table and "(residual)" not in table
+    assert "| FERL-deep (joint) |" in table and "| kNN (k=5) |" in table and "(residual)" not in table
     assert "| FERL-deep (residual) |" in appendix and "| FERL-deep (typical) |" in appendix
     assert "Reject: share of held-out images above the threshold that accepts 95 %" in report
     assert (out / "roc.png").read_bytes()[:4] == b"\x89PNG"
     assert len((out / "per_fold.csv").read_text().splitlines()) == 1 + 3 * len(EvalSettings().detectors)
     examples = (out / "examples.md").read_text()
-    assert "## `class_" in examples and examples.count("- energy score ") == 3
+    assert "## `class_" in examples and examples.count("- joint score ") == 3
     # the discounted evidence: in every example, and as abstention with the discount (issue 14)
     assert examples.count("- with the novelty discount (`novelty_discount=True`): reliability r(x) = ") == 3
     assert "| abstain retained (discount) | abstain held-out (discount) |" in report
@@ -382,7 +383,7 @@ def test_synthetic_config_at_ci_size_resumes_and_overwrites(tmp_path, capsys):
     argv = ["--config", str(small), "--out", str(out), "--folds", "2", "--seeds", "3",
             "--keep-checkpoints", "best", "--detector-epochs", "1"]
     ow.evaluate_openworld_main(argv)
-    assert "| FERL-deep (energy) |" in capsys.readouterr().out  # the head's own score leads
+    assert "| FERL-deep (joint) |" in capsys.readouterr().out  # the head's own score leads
     record = json.loads((out / "run.json").read_text())
     assert record["per_fold"][0] | {"detector": None} == record["per_fold"][0] | {
         "seed": 3, "fold": 2, "status": "trained", "detector": None}

@@ -71,13 +71,13 @@ def test_custom_example_trains_fits_heads_and_predicts(example, run, tmp_path, c
     as_text = pd.read_csv(tmp_path / "out" / "predictions.csv", dtype=str, keep_default_na=False)["set_size"]
     assert as_text.iloc[:6].str.fullmatch(r"[1-5]").all() and as_text.iloc[6] == ""  # "1", not "1.0"
     assert (ok["ood_flag"] == (ok["ood_score"] > ok["ood_threshold"])).all()
-    assert (ok["ood_kind"] == "energy").all()  # fit-head's FERL-deep flags with its learned weights' energy
+    assert (ok["ood_kind"] == "joint").all()  # fit-head's FERL-deep flags with its joint score
     assert ok["anomalous_attributes"].str.count(r"\(").eq(5).all()  # the top 5 of the 6 concepts
     rows = [json.loads(line) for line in (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()]
     assert len(rows) == 7 and rows[0]["set"] == ok["set"].iloc[0].split("|") and rows[6]["class"] is None
     page = (tmp_path / "out" / "predictions.md").read_text()
     assert "## 6. `blue_square_05.png`" in page and "Not predicted: " in page and "**Prediction: " in page
-    assert "when its energy OOD score exceeds" in page and page.count("energy OOD score = ") == 6
+    assert "when its joint OOD score exceeds" in page and page.count("joint OOD score = ") == 6
     for i in range(1, 7):
         assert (tmp_path / "out" / "predictions" / f"{i}.png").read_bytes()[:8] == PNG
 
@@ -90,14 +90,15 @@ def test_pipeline_reproduces_the_runs_concept_tables_and_threshold(example, run)
     np.testing.assert_allclose(probs, test.probs, atol=1e-6)  # same checkpoint, same eval transform
     head = json.loads((current_folder(run / "head" / "ferl-deep" / "calibrated") / "head.json").read_text())
     val = load_concept_table(run / "concepts" / "val.npz")
-    # fit-head's threshold: the learned weights' energy of the val rows calibrated out of sample
+    # fit-head's threshold: the joint score (typicality and the learned weights' energy, standardised
+    # on the same rows) of the val rows calibrated out of sample
     held_out = crossfit_calibrate(val.probs, val.concept_labels, val.concept_names, seed=0)
-    reference = pipe.head.model_.ood_score(held_out, "energy")
+    reference = pipe.head.model_.ood_score(held_out, "joint")
     value = fit_acceptance_threshold(reference, 0.95)
-    assert head["ood_threshold"] == {"kind": "energy", "accept": 0.95, "fitted_on": "val",
+    assert head["ood_threshold"] == {"kind": "joint", "accept": 0.95, "fitted_on": "val",
                                      "n": val.n_samples, "value": value}
     assert np.mean(reference > value) <= 0.05
-    scores = pipe.head.model_.ood_score(pipe.calibrator.transform(val.probs), "energy")
+    scores = pipe.head.model_.ood_score(pipe.calibrator.transform(val.probs), "joint")
     flags = [r["ood_flag"] for r in pipe.predict_concepts(val.probs).rows]
     assert flags == (scores > value).tolist()
     direct = pipe.predict([example / "images" / sid for sid in test.sample_ids])

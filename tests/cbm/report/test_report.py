@@ -49,8 +49,8 @@ def test_tiny_demo_report_has_every_section(tiny):
     assert "| FERL-deep (residual) |" in text and "| kNN (k=5) |" in text  # the open-world table
     assert "train-detector --config configs/detector/synthetic.yaml" in text
     assert "Prediction:" in text and "**Anomalous attributes**" in text
-    # the examples show the score predict flags with (fit-head's FERL-deep: its learned weights' energy)
-    assert text.count("energy OOD score ") >= 2 * text.count("Prediction:")  # explanation and threshold
+    # the examples show the score predict flags with (fit-head's FERL-deep: its joint score)
+    assert text.count("joint OOD score ") >= 2 * text.count("Prediction:")  # explanation and threshold
     assert not re.search(r"\b(typical|leaf|nll|combined) OOD score [-\d]", text)
     assert ("credal set holds exactly two classes" in text) != ("no such example to show" in text)
     assert "was never seen in training; its nearest training class is" in text
@@ -86,8 +86,8 @@ def test_tiny_demo_state_and_headline(tiny):
     frame = pd.read_csv(tiny / "openworld" / "per_fold.csv").groupby("detector")["auroc"].mean()
     base = frame[[d for d in frame.index if not d.startswith("ferl")]]
     label = pd.read_csv(tiny / "openworld" / "per_fold.csv").set_index("detector")["label"]
-    own = 100 * frame["ferl-deep:energy"]  # fit-head's FERL-deep (learned weights) thresholds its energy
-    assert lines[2] == (f"open-world AUROC (held-out classes): FERL-deep (energy) {own:.1f}, "
+    own = 100 * frame["ferl-deep:joint"]  # fit-head's FERL-deep (learned weights) thresholds its joint score
+    assert lines[2] == (f"open-world AUROC (held-out classes): FERL-deep (joint) {own:.1f}, "
                         f"{label[base.idxmax()]} {100 * base.max():.1f} (best baseline)")
 
 
@@ -284,11 +284,11 @@ def test_report_opens_with_the_summary_and_stays_short(tiny):
     lr_row = top.split("\n| LR | ")[1].split("\n")[0].split(" | ")
     assert lr_row[2:6] == ["–"] * 4  # LR has no credal sets: coverage, size, abstention, accepted accuracy
     frame = pd.read_csv(tiny / "openworld" / "per_fold.csv").groupby("detector")["auroc"].mean()
-    assert f"FERL-deep (energy) AUROC **{100 * frame['ferl-deep:energy']:.1f}**" in top
+    assert f"FERL-deep (joint) AUROC **{100 * frame['ferl-deep:joint']:.1f}**" in top
     # the examples list the top classes, not all of them; the other FERL scores sit in the appendix
     assert "### FERL's other novelty scores" in "\n".join(lines)
     lead = "\n".join(lines).split("## Open-world evaluation")[1].split("##")[0]
-    assert "FERL-deep (energy)" in lead and "FERL-deep (residual)" not in lead and "kNN (k=5)" in lead
+    assert "FERL-deep (joint)" in lead and "FERL-deep (residual)" not in lead and "kNN (k=5)" in lead
 
 
 def test_summary_numbers_recompute_from_the_saved_heads(tiny):
