@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["anomaly_ground_truth", "best_detection_at_rate", "image_anomaly_ground_truth", "precision_at_k"]
+__all__ = ["anomaly_ground_truth", "detection_at_rate", "image_anomaly_ground_truth", "precision_at_k"]
 
 
 def anomaly_ground_truth(
@@ -133,9 +133,9 @@ def precision_at_k(ranked: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
 
 
 
-def best_detection_at_rate(scores: dict[str, dict[str, np.ndarray]], names: Sequence[str],
-                           rate: float) -> tuple[str, float]:
-    """The baseline that flags the most held-out test inputs when it flags ``rate`` of the retained
+def detection_at_rate(scores: dict[str, dict[str, np.ndarray]], names: Sequence[str],
+                      rate: float) -> dict[str, float]:
+    """Each baseline's share of held-out test inputs flagged when it flags ``rate`` of the retained
     ones: the comparison of issue 33's operating point (the novelty discount's abstention on
     held-out inputs against a baseline thresholded to flag as many retained inputs).
 
@@ -150,18 +150,11 @@ def best_detection_at_rate(scores: dict[str, dict[str, np.ndarray]], names: Sequ
 
     Returns
     -------
-    (str, float) or (None, None)
-        The best baseline and its share of held-out inputs flagged, in [0, 1]: those above the
-        ``1 - rate`` quantile of its retained test scores (none when ``rate`` is 0); None, None
-        without baselines.
+    dict of str to float in [0, 1]
+        Per baseline, the share of held-out inputs above the ``1 - rate`` quantile of its retained
+        test scores (0 when ``rate`` is 0).
     """
-    if not names:
-        return None, None
     def flagged(s):
-        if rate <= 0:
-            return 0.0
-        return float(np.mean(s["novel"] > np.quantile(s["test"], 1.0 - rate)))
+        return float(np.mean(s["novel"] > np.quantile(s["test"], 1.0 - rate))) if rate > 0 else 0.0
 
-    found = {b: flagged(scores[b]) for b in names}
-    best = max(found, key=found.get)
-    return best, found[best]
+    return {b: flagged(scores[b]) for b in names}

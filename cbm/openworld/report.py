@@ -105,7 +105,7 @@ def heads_frame(results: Sequence[dict]) -> pd.DataFrame:
              "abstain_test": m["abstain_test"], "abstain_novel": m["abstain_novel"],
              "abstain_test_discounted": m["abstain_test_discounted"],
              "abstain_novel_discounted": m["abstain_novel_discounted"],
-             "baseline_detection_at_discount": m["baseline_detection_at_discount"],
+             **{f"at_discount:{b}": v for b, v in m.get("baselines_at_discount", {}).items()},
              "rules": m["size"]["rules"], "concepts_used": m["size"]["concepts_used"], **m["naming"]}
             for r in results for h, m in r["heads"].items()]
     return pd.DataFrame(rows)
@@ -174,11 +174,13 @@ def heads_markdown(summary: pd.DataFrame, top_k: Sequence[int]) -> str:
         for m, header in (("accuracy", "retained acc."), ("abstain_test", "abstain retained"),
                           ("abstain_novel", "abstain held-out"),
                           ("abstain_test_discounted", "abstain retained (discount)"),
-                          ("abstain_novel_discounted", "abstain held-out (discount)"),
-                          ("baseline_detection_at_discount", "best baseline at that retained rate")):
-            mean, std = lookup.loc[(h, m), ["mean", "std"]]
-            if not math.isnan(mean):  # no baseline at the discount's rate in a run without baselines
-                row[header] = _cell(mean, std)
+                          ("abstain_novel_discounted", "abstain held-out (discount)")):
+            row[header] = _cell(*lookup.loc[(h, m), ["mean", "std"]])
+        at_rate = [m for m in dict.fromkeys(summary["metric"]) if m.startswith("at_discount:")]
+        if at_rate:  # the baseline that flags the most held-out images at the discount's retained rate
+            best = max(at_rate, key=lambda m: lookup.loc[(h, m), "mean"])
+            row["best baseline at that retained rate"] = (
+                f"{_cell(*lookup.loc[(h, best), ['mean', 'std']])} ({detector_label(best.split(':', 1)[1])})")
         row["rules"] = f"{lookup.loc[(h, 'rules'), 'mean']:.0f}"
         rows.append(row)
     return markdown_table(pd.DataFrame(rows))
