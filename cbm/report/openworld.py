@@ -85,7 +85,7 @@ def openworld_sections(run_dir: Path, openworld: Path | None, head: str, kind: s
              + (f"{HEAD_LABELS.get(head, head)}'s row is the score `predict` flags with ({kind}); "
                 if kind else "")
              + "its other scores are in the appendix.", "",
-             table5_markdown(ood[ood["detector"].isin(lead)], None), ""]
+             table5_markdown(ood[ood["detector"].isin(lead)], None).rstrip("\n"), ""]
     if results:
         written[ROC_FIGURE] = roc_png(openworld, results, lead)
         lines += [f"![ROC curves of held-out-class detection]({ROC_FIGURE})", ""]
@@ -103,5 +103,5 @@ def openworld_sections(run_dir: Path, openworld: Path | None, head: str, kind: s
                     "The same held-out-class detection with every other score kind the open-world run "
                     "computed: the product's other kinds, the ablation kinds (`ferl.benchmarks.ood_kinds`) "
                     "and the class evidence read as a confidence.",
-                    "", table5_markdown(ood[ood["detector"].isin(others)], None), ""]
+                    "", table5_markdown(ood[ood["detector"].isin(others)], None).rstrip("\n"), ""]
     return lines, appendix
