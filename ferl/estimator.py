@@ -126,8 +126,10 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         inputs, which still fire rules, get ignorance, wider credal sets and abstentions. Read at
         inference; False keeps the paper's read-out bit for bit. True or ``"typical"``: the
         combined evidence, by a reliability ``r(x)`` that falls with the ``"typical"`` OOD score
-        past its 0.9 quantile on cross-fitted training rows (`ferl.novelty.discount`);
-        ``BetP``'s argmax, hence ``predict``, is unchanged. ``"rules"``: every source's firing
+        past its 0.9 quantile on cross-fitted training rows (`ferl.novelty.discount`), or, once
+        `calibrate_novelty` has set an operating point, by one that falls past that point on the
+        model's own score (``True`` only; the abstention rate of held-out inputs is then the one
+        asked for); ``BetP``'s argmax, hence ``predict``, is unchanged. ``"rules"``: every source's firing
         ``phi_o`` by its own leaf typicality ``r_o(x)`` (`ferl.novelty.reliability`). On the
         synthetic open world (``scripts/bench_openworld_novelty.py``) ``"typical"`` makes several
         times more held-out images abstain while retained test images stay under issue 14's 5 %,
@@ -167,6 +169,12 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         of the default ``"typical"`` OOD score (`ferl.novelty.prototypes`).
     evidence_weights_ : EvidenceWeights or None
         The learned weights of evidence (``evidence_weights="learned"``), else None.
+    set_scores_ : ndarray of shape (n_cal,) or None
+        Held-out ``1 - Pl(y)`` of `calibrate_sets`, else None.
+    discount_point_ : ndarray of shape (2,) or None
+        The novelty discount's operating point ``(tau, width)`` of `calibrate_novelty`, else None.
+    novelty_reference_ : ndarray of shape (4,) or None
+        The ``"joint"`` score's held-out moments (`calibrate_novelty`, learned weights), else None.
     """
 
     def __init__(self, variant="deep", *, max_rules=None, rules_per_class=None, max_depth=None,

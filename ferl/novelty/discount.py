@@ -39,6 +39,13 @@ ones, so the discounted ignorance stays below the ``"typical"`` score itself. On
 moves typical inputs too narrows the gap, and it makes most retained test inputs abstain. For
 ranking inputs by novelty use ``ood_score``; the discount makes the credal set and the abstention
 react to it.
+
+The calibrated operating point (`point_reliability`, `fit_operating_point`, set by
+``FERLClassifier.calibrate_novelty`` on held-out in-distribution inputs) replaces that curve once a
+model has one: the reliability reads the model's own score (`ferl.novelty.kinds.default_kind`) and
+falls steeply past the point where a chosen share of the held-out inputs abstains. With learned
+weights of evidence the curve above moved no input to abstention; the point sets the abstention
+rate a user meets directly (docs/results/novelty.md, "The product's score").
 """
 
 from __future__ import annotations
