@@ -15,6 +15,7 @@ Under exchangeability of calibration and test data every score gives marginal co
 from __future__ import annotations
 
 import math
+from numbers import Real
 
 import numpy as np
 
@@ -86,8 +87,8 @@ def coverage_set(plausibility: np.ndarray, scores: np.ndarray, coverage: float) 
     ValueError
         A coverage outside (0, 1), empty or non-finite scores.
     """
-    if not 0.0 < coverage < 1.0:
-        raise ValueError(f"coverage must be in (0, 1), got {coverage}")
+    if isinstance(coverage, bool) or not isinstance(coverage, Real) or not 0.0 < coverage < 1.0:
+        raise ValueError(f"coverage must be in (0, 1), got {coverage!r}")
     q = conformal_quantile(scores, 1.0 - coverage)
     sets = 1.0 - plausibility <= q
     sets[np.arange(plausibility.shape[0]), np.argmax(plausibility, axis=1)] = True

@@ -22,6 +22,7 @@ from sklearn.utils.validation import check_is_fitted
 from ferl._params import check_params
 from ferl.evidence.weights import EvidenceWeights
 from ferl.io import persist
+from ferl.novelty.joint import spread_ok
 from ferl.novelty.prototypes import RulePrototypes
 from ferl.novelty.typicality import RIDGE, LeafGaussians
 from ferl.presets import PARAMETER_CONSTRAINTS
@@ -137,9 +138,13 @@ def load_classifier(cls, path: str | os.PathLike):
     est.discount_point_ = _calibration(path, arrays, "discount_point", 2, "(tau, width)", [1])
     est.novelty_reference_ = _calibration(path, arrays, "novelty_reference", 4, "(mu_t, sd_t, mu_e, sd_e)",
                                           [1, 3])
-    if est.novelty_reference_ is not None and est.evidence_weights_ is None:
-        raise ValueError(f"{path}: corrupted model (a novelty_reference without learned weights of "
-                         "evidence); refit and save the model again")
+    learned = est.evidence_weights_ is not None
+    reference = est.novelty_reference_
+    if ((reference is not None and (not learned or not spread_ok(reference)))
+            or (learned and est.discount_point_ is not None and reference is None)):
+        raise ValueError(f"{path}: corrupted model (the joint score's novelty_reference must come with "
+                         "learned weights of evidence, with positive spreads, and with the discount_point "
+                         "of such a model); call calibrate_novelty and save the model again")
     return est
 
 

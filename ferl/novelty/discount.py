@@ -50,13 +50,16 @@ rate a user meets directly (docs/results/novelty.md, "The product's score").
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from numbers import Real
 
 import numpy as np
 
-__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "POINT_WIDTH", "discounting", "fit_discount",
-           "fit_operating_point", "point_reliability", "reliability_curve", "typical_reliability"]
+__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "POINT_WIDTH", "check_abstain", "discounting",
+           "fit_discount", "fit_operating_point", "point_reliability", "reliability_curve",
+           "typical_reliability"]
 
 #: Quantiles of the cross-fitted reference ``"typical"`` scores where the reliability starts to fall
 #: fast and where it halves (how chosen: module docstring).
@@ -162,6 +165,13 @@ def point_reliability(point: np.ndarray, score: np.ndarray) -> np.ndarray:
     return np.exp(-np.maximum(np.asarray(score, dtype=np.float64) - point[0], 0.0) / point[1])
 
 
+def check_abstain(abstain) -> float:
+    """``abstain`` as a float when it is a number in [0, 1), else ValueError naming it."""
+    if isinstance(abstain, bool) or not isinstance(abstain, Real) or not 0.0 <= abstain < 1.0:
+        raise ValueError(f"abstain must be a number in [0, 1), got {abstain!r}")
+    return float(abstain)
+
+
 def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarray:
     """The novelty discount's operating point on held-out in-distribution inputs (beyond the paper).
 
@@ -188,16 +198,16 @@ def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarr
     Returns
     -------
     ndarray of shape (2,), float64
-        ``(tau, width)``; ``tau`` is the largest reference score when even that abstains more.
+        ``(tau, width)``; ``tau`` is the largest reference score when even that abstains more
+        (with a UserWarning: the credal sets alone abstain more often than ``abstain``).
 
     Raises
     ------
     ValueError
         ``abstain`` outside [0, 1), an empty or non-finite ``score``.
     """
+    check_abstain(abstain)
     score = np.asarray(score, dtype=np.float64)
-    if not 0.0 <= abstain < 1.0:
-        raise ValueError(f"abstain must be in [0, 1), got {abstain!r}")
     if score.ndim != 1 or score.size == 0 or not np.all(np.isfinite(score)):
         raise ValueError("fit_operating_point needs a non-empty 1-d array of finite scores")
     width = max(POINT_WIDTH * float(score.std()), 1e-9 * max(float(np.abs(score).max()), 1.0))
@@ -205,7 +215,11 @@ def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarr
     m = ordered.size
     budget = max(m - int(np.ceil((1.0 - abstain) * (m + 1) - 1e-9)), 0)
     lo, hi = 0, m - 1  # the answer's index: abstention at ordered[hi] is within budget
-    if np.sum(abstains(np.array([ordered[hi], width]))) > budget:
+    if (excess := int(np.sum(abstains(np.array([ordered[hi], width]))))) > budget:
+        warnings.warn(f"{excess} of the {m} held-out inputs abstain even where the discount leaves them "
+                      f"untouched, more than the {budget} that abstain={abstain} allows: the credal sets "
+                      "themselves abstain that often, and the discount adds no abstention",
+                      UserWarning, stacklevel=3)
         return np.array([ordered[hi], width])
     while lo < hi:
         mid = (lo + hi) // 2

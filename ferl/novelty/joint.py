@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fit_reference", "joint_score"]
+__all__ = ["MIN_SPREAD", "fit_reference", "joint_score", "spread_ok"]
+
+#: The least standard deviation, relative to the score's scale, that the reference may have.
+MIN_SPREAD = 1e-6
 
 
 def fit_reference(typical: np.ndarray, energy: np.ndarray) -> np.ndarray:
@@ -33,13 +36,14 @@ def fit_reference(typical: np.ndarray, energy: np.ndarray) -> np.ndarray:
 
     Returns
     -------
-    ndarray of shape (4,), float64; both standard deviations > 0 (floored at ``1e-9`` times the
-    score's scale, so that constant scores standardise to 0 rather than to NaN).
+    ndarray of shape (4,), float64; both standard deviations above `MIN_SPREAD` times the score's
+    scale.
 
     Raises
     ------
     ValueError
-        Fewer than two inputs, arrays of other shapes, or non-finite scores.
+        Fewer than two inputs, arrays of other shapes, non-finite scores, or a score without spread
+        among the inputs (identical rows: its standardisation would blow up).
     """
     t, e = np.asarray(typical, dtype=np.float64), np.asarray(energy, dtype=np.float64)
     if t.ndim != 1 or t.shape != e.shape or t.size < 2:
@@ -48,10 +52,18 @@ def fit_reference(typical: np.ndarray, energy: np.ndarray) -> np.ndarray:
     if not (np.isfinite(t).all() and np.isfinite(e).all()):
         raise ValueError("fit_reference needs finite scores")
 
-    def moments(s):
-        return s.mean(), max(s.std(), 1e-9 * max(np.abs(s).max(), 1.0))
+    reference = np.array([t.mean(), t.std(), e.mean(), e.std()])
+    if not spread_ok(reference):
+        raise ValueError("the held-out inputs give the typical or the energy score no spread (identical "
+                         "rows?): calibrate on varied in-distribution inputs, e.g. the validation split")
+    return reference
 
-    return np.array([*moments(t), *moments(e)])
+
+def spread_ok(reference: np.ndarray) -> bool:
+    """Whether both standard deviations of ``(mu_t, sd_t, mu_e, sd_e)`` exceed `MIN_SPREAD` times
+    their score's scale (``max(|mu|, 1)``)."""
+    mu, sd = reference[[0, 2]], reference[[1, 3]]
+    return bool(np.all(sd > MIN_SPREAD * np.maximum(np.abs(mu), 1.0)))
 
 
 def joint_score(typical: np.ndarray, energy: np.ndarray, reference: np.ndarray) -> np.ndarray:

@@ -217,6 +217,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         if score == "prototype":
             parts_s.append(prototype_kind(score, rows, leaves, prototypes))
         if evidence:
+            raw = fired  # the scores read the paper's firings whatever the discount
             if discount == "rules":
                 fired = discounted(tree, leaves, rows, fired, leaf_nll)[0]
             if weights is None:
@@ -225,6 +226,8 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
                 strengths = rule_sources(rows, weights[1], fired.dense(fired.phi)[:, tree.is_leaf])
                 parts_e.append(evidence_from_weights(weights[0], strengths))
                 if wanted & {"energy", "joint"}:
+                    if fired is not raw:
+                        strengths = rule_sources(rows, weights[1], raw.dense(raw.phi)[:, tree.is_leaf])
                     energy = evidence_energy(weights[0], strengths)
                     joint = joint_score(typical, energy, reference) if "joint" in wanted else None
                     if score in ("energy", "joint"):

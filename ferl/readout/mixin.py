@@ -10,8 +10,8 @@ import numpy as np
 
 from ferl.evidence.algebra import Evidence, discount_evidence
 from ferl.evidence.conformal import coverage_set
-from ferl.novelty.discount import fit_operating_point, point_reliability
-from ferl.novelty.joint import fit_reference
+from ferl.novelty.discount import check_abstain, fit_operating_point, point_reliability
+from ferl.novelty.joint import fit_reference, joint_score
 from ferl.novelty.kinds import SCORE_KINDS, check_kind, default_kind
 from ferl.novelty.scores import AnomalousFeature, Novelty
 from ferl.readout.batch import CredalReadout, Readout, discounted, read_out
@@ -175,7 +175,10 @@ class ReadoutMixin:
            concentrated that it made no held-out CUB-50 image abstain (docs/results/novelty.md).
            Stored as ``discount_point_`` (float64 (2,): ``tau, width``).
 
-        Both are saved with the model; a refit drops them. Returns self.
+        Both are saved with the model; a refit drops them. They are calibrated for the read-out
+        settings of the call (``support_margin``, ``min_width``, ``combination``, ...) and, with a
+        ``coverage``, for the set scores of `calibrate_sets` (call it first): after changing
+        either, call this again. A refused call leaves the model as it was. Returns self.
 
         Parameters
         ----------
@@ -193,24 +196,36 @@ class ReadoutMixin:
         Raises
         ------
         ValueError
-            Bad ``X`` or fewer than two rows, ``abstain`` outside [0, 1), a ``coverage`` that
-            `predict_set` refuses.
+            Bad ``X`` or fewer than two rows, ``abstain`` not a number in [0, 1), a ``coverage``
+            that `predict_set` refuses, held-out scores without spread (`ferl.novelty.joint`).
+
+        Warns
+        -----
+        UserWarning
+            The credal sets themselves abstain on more of ``X`` than ``abstain`` allows.
         """
+        check_abstain(abstain)
         X = self._check_X(X)
         if X.shape[0] < 2:
             raise ValueError(f"calibrate_novelty needs at least 2 held-out inputs, got {X.shape[0]}")
-        self._credal_set(self._read(X[:1], typical=False).evidence, coverage)  # refuse a bad coverage first
-        self.novelty_reference_ = None
-        if self._weights() is not None:
-            self.novelty_reference_ = fit_reference(self._read(X, evidence=False, score="typical").score,
-                                                    self._read(X, evidence=False, score="energy").score)
-        base = self._read(X, score=default_kind(self), typical=False)
+        previous, self.novelty_discount = self.novelty_discount, False  # the paper's evidence
+        try:
+            base = self._read(X, score="typical")
+            self._credal_set(base.evidence, coverage)  # refuse a bad coverage before anything else
+            score, reference = base.score, None
+            if self._weights() is not None:
+                energy = self._read(X, evidence=False, score="energy").score
+                reference = fit_reference(base.score, energy)
+                score = joint_score(base.score, energy, reference)
+        finally:
+            self.novelty_discount = previous
 
         def abstains(point):
-            discounted = discount_evidence(base.evidence, point_reliability(point, base.score))
+            discounted = discount_evidence(base.evidence, point_reliability(point, score))
             return self._credal_set(discounted, coverage).all(axis=1)
 
-        self.discount_point_ = fit_operating_point(base.score, abstains, abstain)
+        self.discount_point_ = fit_operating_point(score, abstains, abstain)
+        self.novelty_reference_ = reference
         return self
 
     def calibrate_sets(self, X, y) -> Self:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from ferl import FERLClassifier
 from ferl.io import persist
+from ferl.novelty import default_kind
 from ferl.novelty.discount import POINT_WIDTH, fit_operating_point, point_reliability
 
 
@@ -149,3 +150,70 @@ def test_one_held_out_input_is_refused():
     model = FERLClassifier(random_state=0).fit(X[:500], y[:500])
     with pytest.raises(ValueError, match="at least 2"):
         model.calibrate_novelty(X[500:501])
+
+
+# ---------------------------------------------------------------- what a hostile user found (issue 33)
+def test_a_refused_calibration_leaves_the_model_as_it_was():
+    X, y = _world()
+    model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])
+    assert default_kind(model) == "energy"
+    for bad in (-0.1, "0.05", None, True):
+        with pytest.raises(ValueError, match="abstain"):
+            model.calibrate_novelty(X[500:700], abstain=bad)
+    assert model.novelty_reference_ is None and default_kind(model) == "energy"  # was switched to joint
+    model.calibrate_novelty(X[500:700], abstain=0.05)
+    point, reference = model.discount_point_.copy(), model.novelty_reference_.copy()
+    with pytest.raises(ValueError, match="abstain"):
+        model.calibrate_novelty(X[600:602], abstain=-0.1)
+    np.testing.assert_array_equal(model.discount_point_, point)
+    np.testing.assert_array_equal(model.novelty_reference_, reference)
+    model.calibrate_sets(X[500:700], y[500:700])
+    with pytest.raises(ValueError, match="coverage must be in"):
+        model.calibrate_novelty(X[500:700], coverage="0.9")  # a TypeError before
+
+
+def test_an_unreachable_budget_is_said_not_silently_missed():
+    rng = np.random.default_rng(0)
+    X = rng.random((180, 5))
+    y = np.repeat(np.arange(60), 3)  # 60 classes of 3 rows: the paper's sets abstain on most rows
+    model = FERLClassifier(random_state=0).fit(X, y)
+    if model.predict_set(X).all(axis=1).mean() <= 0.05:
+        pytest.skip("the sets do not abstain here")
+    with pytest.warns(UserWarning, match="abstain even where the discount leaves them untouched"):
+        model.calibrate_novelty(X, abstain=0.05)
+
+
+def test_the_scores_do_not_depend_on_the_per_source_discount():
+    X, y = _world()
+    model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])
+    model.calibrate_novelty(X[500:700])
+    off = {k: model.ood_score(X[700:], k) for k in ("energy", "joint")}
+    point = model.discount_point_.copy()
+    model.set_params(novelty_discount="rules")
+    for kind, value in off.items():  # the energy moved by up to 0.55 with the firings discounted
+        np.testing.assert_array_equal(model.ood_score(X[700:], kind), value)
+    model.calibrate_novelty(X[500:700])  # calibrated on the paper's evidence whatever the setting
+    np.testing.assert_array_equal(model.discount_point_, point)
+
+
+def test_held_out_rows_without_spread_are_refused():
+    X, y = _world()
+    model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])
+    with pytest.raises(ValueError, match="no spread"):
+        model.calibrate_novelty(np.repeat(X[:1], 50, axis=0))  # the joint score ran to 1e9
+
+
+@pytest.mark.parametrize("edit", ["tiny_spread", "point_without_reference"])
+def test_a_saved_joint_calibration_that_cannot_be_right_is_refused(tmp_path, edit):
+    X, y = _world()
+    model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])
+    model.calibrate_novelty(X[500:700]).save(tmp_path / "m")
+    meta, arrays = persist.read_model(tmp_path / "m")
+    if edit == "tiny_spread":
+        arrays["novelty_reference"] = np.array([0.0, 1e-320, 0.0, 1.0])  # gave inf scores
+    else:
+        del arrays["novelty_reference"]  # the point, in joint units, then read the energy: never fired
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    persist.write_model(tmp_path / "edited", meta, arrays)
+    with pytest.raises(ValueError, match="novelty_reference"):
+        FERLClassifier.load(tmp_path / "edited")
