@@ -173,7 +173,8 @@ class Explanation:
             raise ValueError(f"digits must be a non-negative integer, got {digits!r}")
         f = f".{digits}f"
         members = ", ".join(_md(c) for c in self.credal_set)
-        verdict = "abstains (credal set = every class)" if self.abstain else f"credal set {{{members}}}"
+        verdict = ("abstains (credal set = every class)" if self.abstain
+                   else f"interval-dominance credal set {{{members}}}")
         lines = [
             f"**Prediction: {_md(self.prediction)}**, {verdict}.",
             "",

@@ -232,6 +232,10 @@ def heads_markdown(entry: dict) -> str:
             "Determinacy (%)": [_pct(heads[h][i]["determinacy"]) for h, i in ferl],
             "Mean set size": [f"{heads[h][i]['mean_set_size']:.2f}" for h, i in ferl],
             "Abstention (%)": [_pct(heads[h][i]["abstention_rate"]) for h, i in ferl],
+            # the summary's abstention: the novelty discount on, at fit-head's operating point
+            "Abstention, novelty discount on (%)": [_pct(heads[h][i]["discount_abstention"])
+                                                    if "discount_abstention" in heads[h][i] else "–"
+                                                    for h, i in ferl],
             "u65 (%)": [_pct(heads[h][i]["u65"]) for h, i in ferl],
             "u80 (%)": [_pct(heads[h][i]["u80"]) for h, i in ferl],
         })

@@ -119,7 +119,9 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
     lines = [f"# {title}", "", *header, "",
              f"An input is flagged as novel (`ood flag`) when its {t['kind']} OOD score exceeds "
              f"{t['value']:.4g}, the score that accepts {100 * t['accept']:.0f} % of the run's "
-             f"{t['fitted_on']} images.", "", *_summary(pred), ""]
+             f"{t['fitted_on']} images. The table's `set` is the head's credal set (coverage-targeted when "
+             "fit-head calibrated one); each input's explanation below shows the paper's "
+             "interval-dominance set, which can differ from it.", "", *_summary(pred), ""]
     figures = {}
     for i, row in enumerate(pred.rows[:limit]):
         lines += [f"## {i + 1}. `{row['input']}`", ""]

@@ -213,18 +213,23 @@ def _reading(s: SummaryNumbers, main: str) -> list[str]:
                  + (f"; accuracy {_pct(s.concept_accuracy)} % on test, {_pct(s.novel_concept_accuracy)} % "
                     "on held-out-class images)." if s.novel_concept_accuracy is not None else ").")]
     if s.heads:
-        best = max(s.heads, key=lambda r: r.accuracy)
-        sentences.append(f"{HEAD_LABELS.get(best.name, best.name)} is the most accurate head "
-                         f"({_pct(best.accuracy)} %); the heads span {_pct(min(r.accuracy for r in s.heads))}"
-                         f"–{_pct(best.accuracy)} %.")
+        top = max(r.accuracy for r in s.heads)
+        best = [HEAD_LABELS.get(r.name, r.name) for r in s.heads if _pct(r.accuracy) == _pct(top)]
+        low = min(r.accuracy for r in s.heads)
+        lead = (f"{best[0]} is the most accurate head" if len(best) == 1 else
+                f"{', '.join(best[:-1])} and {best[-1]} tie as the most accurate heads")
+        sentences.append(f"{lead} ({_pct(top)} %)" + (f"; the heads span {_pct(low)}–{_pct(top)} %."
+                                                      if _pct(low) != _pct(top) else "."))
     row = next((r for r in s.heads if r.name == main), None)
     if row is not None and row.abstention is not None:
         if row.abstention > 0 and row.accepted_accuracy is not None:
             better = row.accepted_accuracy > row.accuracy
+            verdict = ("." if row.accuracy >= 1.0 else  # no error to pick out
+                       ", so its doubt falls where its errors are." if better else
+                       ", so its doubt does not pick out its errors.")
             sentences.append(
                 f"{label} abstains on {_pct(row.abstention)} % of the test images; on the rest it is "
-                f"{_pct(row.accepted_accuracy)} % accurate against {_pct(row.accuracy)} % overall, so its "
-                + ("doubt falls where its errors are." if better else "doubt does not pick out its errors."))
+                f"{_pct(row.accepted_accuracy)} % accurate against {_pct(row.accuracy)} % overall{verdict}")
         else:
             sentences.append(f"{label} abstains on no test image; its credal sets hold {row.set_size:.2f} "
                              f"classes on average and contain the true class {_pct(row.coverage)} % of the "
