@@ -20,6 +20,9 @@ __all__ = ["confusion_figure", "reliability_bins", "reliability_figure", "risk_c
 #: Series = (y_true, y_pred, confidence) arrays of one evaluation (a fold, a split).
 Series = tuple[np.ndarray, np.ndarray, np.ndarray]
 
+#: Line styles of the risk-coverage curves, in turn.
+LINE_STYLES = ("-", "--", ":", "-.")
+
 
 def risk_coverage_figure(curves: Mapping[str, Sequence[Series]], title: str = "",
                          n_grid: int = 201) -> Figure:
@@ -57,7 +60,9 @@ def risk_coverage_figure(curves: Mapping[str, Sequence[Series]], title: str = ""
             cov, risk = M.risk_coverage_curve(y_true, y_pred, conf)
             acc.append(np.interp(grid, np.r_[0.0, cov], np.r_[1.0 - risk[0], 1.0 - risk]))
             aurc.append(100 * risk.mean())
-        ax.plot(100 * grid, 100 * np.mean(acc, axis=0), lw=1.8, ls="-" if i < 10 else "--",
+        # identical curves (a head's BetP and its belief, LR and the concept-restricted LR using
+        # every concept) lie on each other: a line style and width per curve keeps both visible
+        ax.plot(100 * grid, 100 * np.mean(acc, axis=0), lw=2.6 - 0.5 * (i % 4), ls=LINE_STYLES[i % 4],
                 label=f"{label} (AURC {np.mean(aurc):.1f})")
     ax.set(xlabel="coverage: inputs accepted (%)", ylabel="selective accuracy (%)", xlim=(0, 100))
     ax.grid(alpha=0.3)
