@@ -12,7 +12,6 @@ from cbm.heads.base import ConceptHead
 from cbm.heads.models import FERLHead
 from ferl import metrics as M
 from ferl.evidence.conformal import SplitConformal
-from ferl.novelty.discount import discounting
 
 __all__ = ["conformal_metrics", "evaluate_head"]
 
@@ -60,9 +59,8 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
             mean_set_size=M.mean_set_size(sets), abstention_rate=float(sets.all(axis=1).mean()),
             u65=M.u65(idx, sets), u80=M.u80(idx, sets),
         )
-        if getattr(head.model_, "discount_point_", None) is not None:  # the discount at its operating point
-            with discounting(head.model_):
-                refused = head.predict_set(X).all(axis=1)
+        refused = head.discounted_abstain(X)  # the discount at its operating point
+        if refused is not None:
             kept = ~refused
             out.update(discount_abstention=float(refused.mean()),
                        discount_accepted_accuracy=M.accuracy(idx[kept], pred[kept]) if kept.any() else None)

@@ -19,6 +19,7 @@ from cbm.heads.base import ConceptHead, classes_from, classes_meta
 from ferl import FERLClassifier
 from ferl.io.persist import atomic_write_bytes, read_model, write_model
 from ferl.metrics import fit_acceptance_threshold
+from ferl.novelty.discount import discounting
 from ferl.novelty.kinds import ABLATION_KINDS, OOD_KINDS, check_kind, default_kind
 from ferl.rules import COLUMN_LEGEND
 
@@ -123,6 +124,14 @@ class FERLHead(ConceptHead):
         the head with it on.
         ValueError: bad concept vectors, ``abstain`` outside [0, 1)."""
         self.model_.calibrate_novelty(self._check_X(X), abstain=abstain, coverage=self.coverage_)
+
+    def discounted_abstain(self, X: np.ndarray) -> np.ndarray | None:
+        """Which rows of concept vectors ``X`` (n, k) abstain (the head's set holds every class) with
+        the novelty discount on at the operating point of `fit_novelty`: bool (n,); None before it."""
+        if getattr(self.model_, "discount_point_", None) is None:
+            return None
+        with discounting(self.model_):
+            return np.asarray(self.predict_set(X), dtype=bool).all(axis=1)
 
     @property
     def ood_kind(self) -> str:

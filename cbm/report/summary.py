@@ -30,7 +30,6 @@ from cbm.detector import concept_metrics
 from cbm.heads.tables import HEAD_LABELS
 from cbm.report.run import RunView
 from ferl.io.persist import current_folder
-from ferl.novelty.discount import discounting
 
 __all__ = ["INTERVENTION_K", "HeadRow", "SummaryNumbers", "novelty_kind", "summary_numbers",
            "summary_section"]
@@ -117,10 +116,9 @@ def _set_numbers(run: RunView, name: str, inputs: str) -> dict[str, float | None
     X, y = run.concepts("test", inputs)[keep], head.class_index(names[keep])
     sets = np.asarray(head.predict_set(X), dtype=bool)
     right = np.argmax(head.predict_proba(X), axis=1) == y
-    abstain = sets.all(axis=1)
-    if getattr(getattr(head, "model_", None), "discount_point_", None) is not None:
-        with discounting(head.model_):  # FERL abstains with its novelty discount at its operating point
-            abstain = np.asarray(head.predict_set(X), dtype=bool).all(axis=1)
+    # FERL heads abstain with their novelty discount at its operating point, once calibrated
+    discounted = head.discounted_abstain(X) if hasattr(head, "discounted_abstain") else None
+    abstain = sets.all(axis=1) if discounted is None else discounted
     return {"coverage": float(sets[np.arange(len(y)), y].mean()), "set_size": float(sets.sum(axis=1).mean()),
             "abstention": float(abstain.mean()),
             "accepted_accuracy": float(right[~abstain].mean()) if (~abstain).any() else None}

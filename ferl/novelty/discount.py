@@ -122,9 +122,10 @@ def typical_reliability(score: np.ndarray, discount: np.ndarray) -> np.ndarray:
 
 
 @contextmanager
-def discounting(model) -> Iterator:
-    """``model`` (a fitted `ferl.FERLClassifier`) with ``novelty_discount=True`` inside the block, its
-    own setting back after it: the parameter is read at inference, so this is the same fitted model.
+def discounting(model, setting=True) -> Iterator:
+    """``model`` (a fitted `ferl.FERLClassifier`) with ``novelty_discount=setting`` (default True) inside
+    the block, its own setting back after it: the parameter is read at inference, so this is the same
+    fitted model.
 
     Raises
     ------
@@ -134,7 +135,7 @@ def discounting(model) -> Iterator:
     if "novelty_discount" not in model.get_params():
         raise AttributeError(f"{type(model).__name__} has no novelty_discount")
     previous = model.novelty_discount
-    model.set_params(novelty_discount=True)
+    model.set_params(novelty_discount=setting)
     try:
         yield model
     finally:

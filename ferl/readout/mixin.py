@@ -10,7 +10,7 @@ import numpy as np
 
 from ferl.evidence.algebra import Evidence, discount_evidence
 from ferl.evidence.conformal import coverage_set
-from ferl.novelty.discount import check_abstain, fit_operating_point, point_reliability
+from ferl.novelty.discount import check_abstain, discounting, fit_operating_point, point_reliability
 from ferl.novelty.joint import fit_reference, joint_score
 from ferl.novelty.kinds import SCORE_KINDS, check_kind, default_kind
 from ferl.novelty.scores import AnomalousFeature, Novelty
@@ -208,8 +208,7 @@ class ReadoutMixin:
         X = self._check_X(X)
         if X.shape[0] < 2:
             raise ValueError(f"calibrate_novelty needs at least 2 held-out inputs, got {X.shape[0]}")
-        previous, self.novelty_discount = self.novelty_discount, False  # the paper's evidence
-        try:
+        with discounting(self, False):  # the paper's evidence
             base = self._read(X, score="typical")
             self._credal_set(base.evidence, coverage)  # refuse a bad coverage before anything else
             score, reference = base.score, None
@@ -217,8 +216,6 @@ class ReadoutMixin:
                 energy = self._read(X, evidence=False, score="energy").score
                 reference = fit_reference(base.score, energy)
                 score = joint_score(base.score, energy, reference)
-        finally:
-            self.novelty_discount = previous
 
         def abstains(point):
             discounted = discount_evidence(base.evidence, point_reliability(point, score))

@@ -20,6 +20,20 @@ def _world(seed=0, n=900, d=6):
     return X, y
 
 
+def _load_edited(tmp_path, **arrays_changed):
+    """Load the model saved in ``tmp_path / "m"`` after replacing (an array) or deleting (None) some of
+    its saved arrays, written again as a valid model folder."""
+    meta, arrays = persist.read_model(tmp_path / "m")
+    for name, value in arrays_changed.items():
+        if value is None:
+            del arrays[name]
+        else:
+            arrays[name] = value
+    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
+    persist.write_model(tmp_path / "edited", meta, arrays)
+    return FERLClassifier.load(tmp_path / "edited")
+
+
 @pytest.fixture(scope="module", params=["tree", "learned"])
 def calibrated(request):
     X, y = _world()
@@ -77,12 +91,8 @@ def test_the_point_survives_save_and_load_and_a_corrupt_one_is_refused(calibrate
     finally:
         for m in (model, loaded):
             m.set_params(novelty_discount=False)
-    meta, arrays = persist.read_model(tmp_path / "m")
-    arrays["discount_point"] = np.array([0.0, -1.0])  # a width <= 0
-    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
-    persist.write_model(tmp_path / "edited", meta, arrays)
     with pytest.raises(ValueError, match="discount_point"):
-        FERLClassifier.load(tmp_path / "edited")
+        _load_edited(tmp_path, discount_point=np.array([0.0, -1.0]))  # a width <= 0
 
 
 def test_a_refit_drops_the_calibrations_of_the_last_fit():
@@ -137,12 +147,8 @@ def test_a_saved_reference_of_a_tree_evidence_model_is_refused(tmp_path):
     loaded = FERLClassifier.load(tmp_path / "m")
     np.testing.assert_array_equal(loaded.novelty_reference_, model.novelty_reference_)
     np.testing.assert_array_equal(loaded.ood_score(X[700:]), model.ood_score(X[700:]))  # joint, both
-    meta, arrays = persist.read_model(tmp_path / "m")
-    arrays["novelty_reference"] = np.array([0.0, 1.0, 0.0, 0.0])  # an energy scale of 0
-    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
-    persist.write_model(tmp_path / "edited", meta, arrays)
     with pytest.raises(ValueError, match="novelty_reference"):
-        FERLClassifier.load(tmp_path / "edited")
+        _load_edited(tmp_path, novelty_reference=np.array([0.0, 1.0, 0.0, 0.0]))  # an energy scale of 0
 
 
 def test_one_held_out_input_is_refused():
@@ -208,12 +214,8 @@ def test_a_saved_joint_calibration_that_cannot_be_right_is_refused(tmp_path, edi
     X, y = _world()
     model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])
     model.calibrate_novelty(X[500:700]).save(tmp_path / "m")
-    meta, arrays = persist.read_model(tmp_path / "m")
-    if edit == "tiny_spread":
-        arrays["novelty_reference"] = np.array([0.0, 1e-320, 0.0, 1.0])  # gave inf scores
-    else:
-        del arrays["novelty_reference"]  # the point, in joint units, then read the energy: never fired
-    meta = {k: v for k, v in meta.items() if k not in ("schema_version", "npz_sha256")}
-    persist.write_model(tmp_path / "edited", meta, arrays)
+    # a tiny spread gave inf scores; without the reference the point, in joint units, read the
+    # energy and never fired
+    change = np.array([0.0, 1e-320, 0.0, 1.0]) if edit == "tiny_spread" else None
     with pytest.raises(ValueError, match="novelty_reference"):
-        FERLClassifier.load(tmp_path / "edited")
+        _load_edited(tmp_path, novelty_reference=change)
