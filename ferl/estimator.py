@@ -279,7 +279,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         # a refit drops the calibrations of the last fit
         self.set_scores_ = self.discount_point_ = self.novelty_reference_ = None
         if self.evidence_weights == "learned":
-            leaf_phi = fired.dense(fired.phi)[:, self.tree_.is_leaf]
+            leaf_phi = fired.dense(fired.phi, self.tree_.is_leaf)
             with one_blas_thread():  # lbfgs on a few 10^4 weights: threads only contend
                 self.evidence_weights_ = fit_evidence_weights(
                     rule_sources(X, self.feature_range_, leaf_phi), y_enc, sw, n_classes)

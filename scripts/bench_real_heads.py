@@ -63,7 +63,7 @@ def set_metrics(y: np.ndarray, sets: np.ndarray) -> tuple[float, float, float]:
 def decisive_counts(model: FERLClassifier, X: np.ndarray) -> np.ndarray:
     """How many rules carry 90 % of the decisive weight of evidence, per input."""
     fired = model.tree_.sparse_firing(X, bool(model.bounded_support), model._gate_margin())
-    strengths = rule_sources(X, model.feature_range_, fired.dense(fired.phi)[:, model.tree_.is_leaf])
+    strengths = rule_sources(X, model.feature_range_, fired.dense(fired.phi, model.tree_.is_leaf))
     top2 = np.argsort(-model.predict_proba(X), axis=1)[:, :2]
     return np.array([decisive_sources(model.evidence_weights_, s, a, b)[0].size
                      for s, (a, b) in zip(strengths, top2, strict=True)])

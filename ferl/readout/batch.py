@@ -223,12 +223,17 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
             if weights is None:
                 parts_e.append(combine_sparse(fired, tree.value, sources, rule))
             else:
-                strengths = rule_sources(rows, weights[1], fired.dense(fired.phi)[:, tree.is_leaf])
-                parts_e.append(evidence_from_weights(weights[0], strengths))
-                if wanted & {"energy", "joint"}:
-                    if fired is not raw:
-                        strengths = rule_sources(rows, weights[1], raw.dense(raw.phi)[:, tree.is_leaf])
-                    energy = evidence_energy(weights[0], strengths)
+                strengths = rule_sources(rows, weights[1], fired.dense(fired.phi, tree.is_leaf))
+                want_energy = bool(wanted & {"energy", "joint"})
+                if want_energy and fired is raw:  # one product with the weights gives both
+                    ev, energy = evidence_from_weights(weights[0], strengths, energy=True)
+                else:
+                    ev = evidence_from_weights(weights[0], strengths)
+                    if want_energy:
+                        energy = evidence_energy(weights[0], rule_sources(rows, weights[1],
+                                                                          raw.dense(raw.phi, tree.is_leaf)))
+                parts_e.append(ev)
+                if want_energy:
                     joint = joint_score(typical, energy, reference) if "joint" in wanted else None
                     if score in ("energy", "joint"):
                         parts_s.append(energy if score == "energy" else joint)

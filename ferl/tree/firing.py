@@ -317,9 +317,17 @@ class Firing:
         first = np.repeat(self.start - (np.cumsum(self.count) - self.count), self.count)
         return first + np.arange(node.size), node
 
-    def dense(self, values: np.ndarray) -> np.ndarray:
-        """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros elsewhere."""
-        out = np.zeros((self.n_samples, self.start.shape[0]))
+    def dense(self, values: np.ndarray, nodes: np.ndarray | None = None) -> np.ndarray:
+        """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros elsewhere;
+        with ``nodes`` (bool mask of shape (n_nodes,)) only those columns, (n_samples, nodes.sum()),
+        without building the others."""
         at, node = self.entries()
-        out[self.rows[at], node] = values[at]
+        if nodes is None:
+            out = np.zeros((self.n_samples, self.start.shape[0]))
+            out[self.rows[at], node] = values[at]
+            return out
+        column = np.cumsum(nodes) - 1
+        keep = nodes[node]
+        out = np.zeros((self.n_samples, int(nodes.sum())))
+        out[self.rows[at[keep]], column[node[keep]]] = values[at[keep]]
         return out

@@ -11,7 +11,14 @@ from sklearn.linear_model import LogisticRegression
 
 from ferl import FERLClassifier
 from ferl.evidence.conformal import coverage_set
-from ferl.evidence.weights import EvidenceWeights, evidence_from_weights, fit_evidence_weights, rule_sources
+from ferl.evidence.weights import (
+    EvidenceWeights,
+    _legendre_table,
+    _pignistic_integrals,
+    evidence_from_weights,
+    fit_evidence_weights,
+    rule_sources,
+)
 
 
 def _brute_force(coef, intercept, s):
@@ -78,6 +85,21 @@ def test_extreme_weights_stay_finite_and_sum_to_one():
         assert np.isfinite(field).all()
     np.testing.assert_allclose(ev.pignistic.sum(1), 1.0, atol=1e-9)
     assert ev.pignistic[0].argmax() == 0 and ev.ignorance[2] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("n_classes", [3, 200, 400])
+def test_pignistic_integral_is_exact_where_its_products_underflow(n_classes):
+    """With no evidence against any class (``a = 1``) the integral of ``prod_{l != k} t`` is
+    ``1 / C``; at 400 classes the products at the smallest quadrature node underflow (about
+    1e-1900) and the quadrature must still give ``1 / C`` to rounding (of 200 quadrature weights).
+    A class refuted outright (``a = 0``) gets the integral over the others, ``1 / (C - 1)`` here."""
+    a = np.ones((2, n_classes))
+    a[1, 0] = 0.0
+    nodes, weights = _legendre_table(n_classes)
+    out = _pignistic_integrals(a, nodes, weights)
+    np.testing.assert_allclose(out[0], 1.0 / n_classes, rtol=1e-10)
+    np.testing.assert_allclose(out[1, 1:], 1.0 / (n_classes - 1), rtol=1e-10)
+    assert out[1, 0] == pytest.approx(1.0 / n_classes, rel=1e-10)
 
 
 @pytest.fixture(scope="module")
