@@ -6,8 +6,12 @@ warm-up excluded; calls shorter than ``--min-time`` are repeated and averaged. S
 
 * ``cub``: a CUB-shaped concept set (seeded: ``--cub-classes`` random binary class signatures over
   ``--cub-d`` concepts, 5 % flips, Gaussian noise 0.1, clipped to [0, 1]; ``--cub-n`` training
-  rows and as many test rows). Fit / predict / read-out time, test accuracy and rules of every
-  FERL variant, CART and logistic regression, and FERL-deep's accuracy-vs-``max_rules`` curve.
+  rows, as many held-out rows and as many test rows). Fit / predict / read-out time (three calls
+  and one pass), test accuracy and rules of every FERL variant, of ``FERL-deep-c`` (fit-head's
+  configuration, `cbm.heads.models.CONCEPT_SETTINGS`, calibrated with ``calibrate_novelty`` on the
+  held-out rows as fit-head does), CART and logistic regression; the product's fit time and
+  one-pass read-out against issue 32's targets (CART's ``predict``) and LR's ``predict_proba``;
+  FERL-deep's accuracy-vs-``max_rules`` curve.
 * ``keel``: the KEEL sets (stratified folds of min-max scaled data): every FERL variant's fit
   time and credal read-out over CART's fit and ``predict``, the read-out both as three calls
   (``predict_set`` + ``evidence`` + ``ood_score``, "read") and as the one-pass
@@ -47,9 +51,11 @@ from sklearn.model_selection import StratifiedKFold  # noqa: E402
 from sklearn.preprocessing import MinMaxScaler  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier  # noqa: E402
 
+from cbm.heads.models import CONCEPT_SETTINGS  # noqa: E402
 from ferl import PRESETS, FERLClassifier  # noqa: E402
 from ferl.benchmarks.keel import default_data_root, list_datasets, load_keel  # noqa: E402
 from ferl.benchmarks.runner import QUICK_DATASETS  # noqa: E402
+from ferl.novelty import default_kind  # noqa: E402
 
 SECTIONS = ("cub", "keel", "scale", "cold")
 MAX_REPEATS = 50
@@ -141,25 +147,36 @@ def n_rules(model) -> str:
 
 # ---------------------------------------------------------------------------------------- cub
 def section_cub(args) -> None:
-    (X, y), (Xt, yt) = cub_like(args.cub_n, args.cub_n, args.cub_d, args.cub_classes, args.seed)
-    print(f"\n## CUB-shaped set: N = {args.cub_n} (+ {args.cub_n} test), d = {args.cub_d}, "
-          f"C = {args.cub_classes}")
+    (X, y), (Xt, yt) = cub_like(args.cub_n, 2 * args.cub_n, args.cub_d, args.cub_classes, args.seed)
+    (Xv, Xt), yt = (Xt[args.cub_n:], Xt[:args.cub_n]), yt[:args.cub_n]  # half held out for calibration
+    print(f"\n## CUB-shaped set: N = {args.cub_n} (+ {args.cub_n} held out, {args.cub_n} test), "
+          f"d = {args.cub_d}, C = {args.cub_classes}")
     models = {f"FERL-{v}": FERLClassifier(v, random_state=args.seed) for v in PRESETS}
-    # fit-head's FERL-deep on concept vectors (cbm.heads.models.CONCEPT_SETTINGS, learned weights)
-    models["FERL-deep-c"] = FERLClassifier("deep", random_state=args.seed, min_width=0.5, min_samples_leaf=1,
-                                           rules_per_class=8.0, evidence_weights="learned")
+    # fit-head's FERL-deep on concept vectors (learned weights of evidence)
+    models["FERL-deep-c"] = FERLClassifier("deep", random_state=args.seed, **CONCEPT_SETTINGS["deep"])
     models.update(baselines(args.seed))
     models["LR"] = LogisticRegression(max_iter=1000)
-    cart_pred = None
-    print(f"{'model':14s} {'fit s':>8s} {'predict ms':>11s} {'read-out ms':>12s} {'accuracy':>9s}  rules")
+    times = {}
+    print(f"{'model':14s} {'fit s':>8s} {'predict ms':>11s} {'read-out ms':>12s} {'1-pass ms':>10s} "
+          f"{'accuracy':>9s}  rules")
     for name, model in models.items():
         t_fit, _ = cpu(lambda m=model: m.fit(X, y), 0.0)
         t_pred, pred = cpu(lambda m=model: m.predict(Xt), args.min_time)
-        cart_pred = t_pred if name == "CART" else cart_pred
-        t_read = cpu(lambda m=model: readout(m, Xt), args.min_time)[0] \
-            if isinstance(model, FERLClassifier) else np.nan
-        print(f"{name:14s} {t_fit:8.2f} {1e3 * t_pred:11.1f} {1e3 * t_read:12.1f} "
+        t_read = t_one = np.nan
+        if isinstance(model, FERLClassifier):
+            if name == "FERL-deep-c":  # as fit-head leaves it: the joint score and the discount's point
+                model.calibrate_novelty(Xv)
+            t_read = cpu(lambda m=model: readout(m, Xt), args.min_time)[0]
+            t_one = cpu(lambda m=model: one_pass(m, Xt), args.min_time)[0]
+        elif hasattr(model, "predict_proba"):
+            t_one = cpu(lambda m=model: m.predict_proba(Xt), args.min_time)[0]
+        times[name] = (t_fit, t_pred, t_one)
+        print(f"{name:14s} {t_fit:8.2f} {1e3 * t_pred:11.1f} {1e3 * t_read:12.1f} {1e3 * t_one:10.1f} "
               f"{100 * np.mean(pred == yt):8.1f}%  {n_rules(model)}", flush=True)
+    fit, _, one = times["FERL-deep-c"]
+    print(f"FERL-deep-c (the product, kind {default_kind(models['FERL-deep-c'])}): fit {fit:.2f} s "
+          f"(target <= 5 s); one-pass read-out {one / times['CART'][1]:.0f}x CART's predict (target <= 5x), "
+          f"{one / times['LR'][2]:.1f}x LR's predict_proba ('1-pass' of the baselines: predict_proba)")
     print("FERL-deep accuracy vs max_rules (is the rule budget what binds?):")
     for budget in args.rule_budgets:
         model = FERLClassifier("deep", max_rules=budget, random_state=args.seed)

@@ -75,10 +75,10 @@ __all__ = [
 ]
 
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
-#: 12: val calibrated out of sample (`cbm.concepts.calibration.crossfit_calibrate`), as in fit-head;
-#: 13: each FERL head's own kind of OOD score; 14: the novelty discount at its operating point;
-#: 15: the ``joint`` score (`ferl.novelty.joint`); 16: the baselines at the discount's retained rate.
-RESULT_VERSION = 16
+#: 12: val calibrated out of sample (`crossfit_calibrate`); 13: each FERL head's own kind of OOD score;
+#: 14: the novelty discount at its operating point; 15: the ``joint`` score; 16: the baselines at the
+#: discount's retained rate; 17: FERL-deep's concept settings of issue 32 (5 bootstrap cuts).
+RESULT_VERSION = 17
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 

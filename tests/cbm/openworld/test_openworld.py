@@ -284,24 +284,26 @@ def test_the_shipped_synthetic_config_trains_image_detectors_end_to_end_at_a_sma
     work on them. The full-size bounds are checked on the shipped config's stored tables (the test
     above); here the held-out set is 32 images, so the bounds are lower, below the values measured when
     written: concept accuracy 0.933 on retained test images, concept AUROC 0.766 on held-out ones;
-    FERL-deep accuracy 0.781 (16 classes: chance 0.06); AUROC kNN 0.671, FERL-deep residual 0.623;
-    precision@3 0.583 (chance 0.385). Over the 5 folds at this size: concept AUROC on held-out images
-    0.77-0.83, FERL-deep accuracy 0.73-0.78, AUROC kNN 0.67-0.88, residual 0.62-0.89, precision@3
-    0.05-0.22 above chance (fold 0 is among the hardest)."""
+    FERL-deep accuracy 0.781 (16 classes: chance 0.06); AUROC kNN 0.671; precision@3 0.583 (chance
+    0.385). Over the 5 folds at this size: concept AUROC on held-out images 0.77-0.83, FERL-deep
+    accuracy 0.73-0.78, AUROC kNN 0.67-0.88, precision@3 0.05-0.22 above chance (fold 0 is among the
+    hardest). FERL-deep's own score (``joint``, the kind ``predict`` flags with) 0.713 on fold 0 with 5
+    or 25 bootstrap cuts; the ``residual`` ablation kind this test read before fell from 0.623 to 0.504
+    there with issue 32's 5 cuts (fold 0's 32 held-out images: it is not the product's score)."""
     cfg = yaml.safe_load((REPO / "configs" / "openworld" / "synthetic.yaml").read_text())
     det = cfg["detector"]
     det["data"] |= {"image_size": 32}
     det["data"]["dataset_kwargs"] |= {"n_per_class": 40}
     det["trainer"] |= {"accelerator": "cpu", "max_epochs": 4}
     run = ow.run_openworld(det, tmp_path / "out", name="synthetic", seeds=[0], folds=[0],
-                           settings=EvalSettings(ferl_kinds=("residual",), baselines=("knn",), top_k=(1, 3),
+                           settings=EvalSettings(ferl_kinds=("joint",), baselines=("knn",), top_k=(1, 3),
                                                  examples_per_fold=0))
     (result,) = run["results"]
     assert result["status"] == "trained" and result["detector"]["epochs"] == 4
     concepts = result["detector"]["concept_metrics"]  # the detector's, per split
     assert concepts["test"]["concept_acc"] >= 0.9 and concepts["novel"]["auroc"] >= 0.7
     assert result["heads"]["ferl-deep"]["accuracy"] >= 0.6
-    assert result["ood"]["knn"]["auroc"] >= 0.6 and result["ood"]["ferl-deep:residual"]["auroc"] >= 0.55
+    assert result["ood"]["knn"]["auroc"] >= 0.6 and result["ood"]["ferl-deep:joint"]["auroc"] >= 0.65
     naming = result["heads"]["ferl-deep"]["naming"]
     assert naming["precision@3"] >= naming["chance"] + 0.1
 
