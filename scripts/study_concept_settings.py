@@ -47,9 +47,12 @@ CANDIDATES: dict[str, dict] = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a run directory with concepts/ and calibration.json")
-    parser.add_argument("--fold-seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--fold-seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="one 3-fold split of the train concepts per seed (default: 0 1 2)")
     args = parser.parse_args()
     folder = args.run / "concepts"
+    if not folder.is_dir() or not (args.run / "calibration.json").is_file():
+        parser.error(f"{args.run} is not a run: train-detector writes concepts/ and calibration.json there")
     name = "train_crossfit" if (folder / "train_crossfit.npz").is_file() else "train"
     table = load_concept_table(folder / f"{name}.npz")
     X = ConceptCalibrator.load(args.run / "calibration.json").transform(table.probs.astype(np.float64),

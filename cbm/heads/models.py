@@ -8,6 +8,7 @@ with an explicit list of trusted types; none uses pickle, and predictions after
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -129,8 +130,12 @@ class FERLHead(ConceptHead):
         `fit_ood_threshold` after it, so that the threshold is of the calibrated kind). The head's
         own read-out keeps the discount off; `cbm.heads.evaluate.evaluate_head` and the report read
         the head with it on.
-        ValueError: bad concept vectors, ``abstain`` outside [0, 1)."""
-        self.model_.calibrate_novelty(self._check_X(X), abstain=abstain, coverage=self.coverage_)
+        ValueError: bad concept vectors, ``abstain`` outside [0, 1). Its warnings name the head."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.model_.calibrate_novelty(self._check_X(X), abstain=abstain, coverage=self.coverage_)
+        for w in caught:  # fit-head calibrates every FERL head in turn: say which one this is
+            warnings.warn(f"{self.name}: {w.message}", w.category, stacklevel=2)
 
     def discounted_abstain(self, X: np.ndarray) -> np.ndarray | None:
         """Which rows of concept vectors ``X`` (n, k) abstain (the head's set holds every class) with

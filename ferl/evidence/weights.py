@@ -182,10 +182,12 @@ def _pignistic_integrals(a, nodes, weights):
     return out
 
 
-def _log_b(w_minus: np.ndarray) -> np.ndarray:
-    """``log(1 - exp(-w))``, -inf at ``w = 0``."""
+def _log1mexp(w: np.ndarray) -> np.ndarray:
+    """``log(1 - exp(-w))`` for ``w >= 0``, -inf at ``w = 0``, to full precision for every ``w``:
+    ``log(-expm1(-w))`` below ``log 2``, ``log1p(-exp(-w))`` above (Mächler 2012, "Accurately
+    computing log(1 - exp(-|a|))"); the first alone rounds to 0 from ``w`` of about 37 on."""
     with np.errstate(divide="ignore"):
-        return np.log(-np.expm1(-w_minus))
+        return np.where(w > np.log(2.0), np.log1p(-np.exp(-w)), np.log(-np.expm1(-w)))
 
 
 def evidence_from_weights(weights: EvidenceWeights, sources: np.ndarray, energy: bool = False):
@@ -224,6 +226,8 @@ def evidence_from_weights(weights: EvidenceWeights, sources: np.ndarray, energy:
     ndarray of shape (n,), float64
         The energy; only with ``energy=True``.
     """
+    if weights.coef.shape[0] < 2:
+        raise ValueError(f"the weights of evidence need at least 2 classes, got {weights.coef.shape[0]}")
     w_plus, w_minus = _weight_sums(weights, sources)
     evidence = _combine(w_plus, w_minus)
     return (evidence, -logsumexp(w_plus - w_minus, axis=1)) if energy else evidence
@@ -239,15 +243,17 @@ def _weight_sums(weights: EvidenceWeights, sources: np.ndarray) -> tuple[np.ndar
 def _combine(w_plus: np.ndarray, w_minus: np.ndarray) -> Evidence:
     """`evidence_from_weights` from the summed positive and negative weights, (n, C) each."""
     n, n_classes = w_plus.shape
-    log_a, log_b = -w_minus, _log_b(w_minus)
+    log_a, log_b = -w_minus, _log1mexp(w_minus)
     zero_b = np.isinf(log_b)
     n_zero = zero_b.sum(axis=1, keepdims=True)
     log_b_sum = np.where(zero_b, 0.0, log_b).sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore"):
         log_q = np.log(-np.expm1(np.where(n_zero[:, 0] > 0, -np.inf, log_b_sum[:, 0])))  # log(1 - prod b)
+    # every class refuted past exp(-w) ~ 1e-290: prod b rounds to 1, and q = sum_k a_k to within it
+    tiny = (n_zero[:, 0] == 0) & (log_b_sum[:, 0] > -1e-290)
+    log_q[tiny] = logsumexp(log_a[tiny], axis=1)
     top = w_plus.max(axis=1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        log_e = np.where(w_plus > 0, w_plus + np.log(-np.expm1(-np.maximum(w_plus, 1e-300))), -np.inf) - top
+    log_e = np.where(w_plus > 0, w_plus + _log1mexp(w_plus), -np.inf) - top
     # log of prod_{l != k} b_l: 0 factors other than b_k's make it 0
     log_loo = np.where(n_zero == 0, log_b_sum - np.where(zero_b, 0.0, log_b),
                        np.where((n_zero == 1) & zero_b, log_b_sum, -np.inf))

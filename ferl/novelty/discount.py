@@ -218,7 +218,7 @@ def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarr
     lo, hi = 0, m - 1  # the answer's index: abstention at ordered[hi] is within budget
     if (excess := int(np.sum(abstains(np.array([ordered[hi], width]))))) > budget:
         warnings.warn(f"{excess} of the {m} held-out inputs abstain even where the discount leaves them "
-                      f"untouched, more than the {budget} that abstain={abstain} allows: the credal sets "
+                      f"untouched, more than the {budget} that abstain={abstain:.6g} allows: the credal sets "
                       "themselves abstain that often, and the discount adds no abstention",
                       UserWarning, stacklevel=3)
         return np.array([ordered[hi], width])

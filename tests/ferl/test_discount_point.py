@@ -187,6 +187,9 @@ def test_an_unreachable_budget_is_said_not_silently_missed():
         pytest.skip("the sets do not abstain here")
     with pytest.warns(UserWarning, match="abstain even where the discount leaves them untouched"):
         model.calibrate_novelty(X, abstain=0.05)
+    # fit-head passes 1 - 0.95: the message names the budget as a user wrote it, not 0.050000000000000044
+    with pytest.warns(UserWarning, match=r"that abstain=0\.05 allows"):
+        model.calibrate_novelty(X, abstain=1.0 - 0.95)
 
 
 def test_the_scores_do_not_depend_on_the_per_source_discount():

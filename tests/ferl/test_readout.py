@@ -209,3 +209,21 @@ def test_read_outs_in_threads_match_sequential_ones():
         np.testing.assert_array_equal(got.evidence.mass, want.evidence.mass)
         np.testing.assert_array_equal(got.ood_score, want.ood_score)
     assert readout.thread_scratch() is readout.thread_scratch()
+
+
+def test_dense_firing_of_some_nodes_is_the_columns_of_the_full_matrix():
+    rng = np.random.default_rng(0)
+    phi = np.where(rng.random((7, 5)) < 0.5, rng.random((7, 5)), 0.0)
+    phi[:, 3] = 0.0  # a node that never fires
+    fired = Firing.from_dense(phi)
+    for mask in (np.array([True, False, True, True, False]), np.zeros(5, bool), np.ones(5, bool)):
+        np.testing.assert_array_equal(fired.dense(fired.phi, mask), phi[:, mask])
+
+
+@pytest.mark.parametrize("mask", [np.array([1, 0, 1, 0, 0]), np.ones(6, bool), np.ones(4, bool),
+                                  [True, False, True, False, False]])
+def test_dense_firing_refuses_a_mask_that_is_not_one_bool_per_node(mask):
+    """An int 0/1 mask read as column indices, or a mask one too long, gave wrong columns silently."""
+    fired = Firing.from_dense(np.eye(5))
+    with pytest.raises(ValueError, match="bool mask of shape \\(5,\\)"):
+        fired.dense(fired.phi, mask)

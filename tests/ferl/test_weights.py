@@ -87,6 +87,35 @@ def test_extreme_weights_stay_finite_and_sum_to_one():
     assert ev.pignistic[0].argmax() == 0 and ev.ignorance[2] == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize("w", [10.0, 37.0, 40.0, 100.0, 800.0])
+def test_every_class_strongly_refuted_keeps_exact_masses(w):
+    """Two classes, each refuted with weight ``w`` and nothing for either: ``m({k}) = b / (1 + b)``
+    with ``b = 1 - exp(-w)``, ``m(Theta) = a / (1 + b)``. ``log(-expm1(-w))`` rounds to 0 from
+    ``w`` of about 37 on, which made ``q = 1 - b^2`` vanish: 23 % off at 37, NaN from 38 on."""
+    ev = evidence_from_weights(EvidenceWeights(np.array([[-w], [-w]]), np.zeros(2)), np.ones((1, 1)))
+    b = -np.expm1(-w)
+    np.testing.assert_allclose(ev.mass[0], b / (1.0 + b), rtol=1e-12)
+    np.testing.assert_allclose(ev.pignistic[0], 0.5, rtol=1e-12)
+    assert ev.ignorance[0] == pytest.approx(np.exp(-w) / (1.0 + b), rel=1e-9, abs=1e-300)
+    assert np.isfinite(ev.conflict).all()
+
+
+def test_opposite_strong_evidence_stays_finite():
+    """Each class supported by one source and refuted by the other, at weight 40 (NaN before)."""
+    weights = EvidenceWeights(np.array([[-40.0, 40.0], [40.0, -40.0]]), np.zeros(2))
+    ev = evidence_from_weights(weights, np.array([[1.0, 1.0], [1.0, 0.0]]))
+    for field in (ev.mass, ev.ignorance, ev.conflict, ev.plausibility, ev.pignistic):
+        assert np.isfinite(field).all()
+    np.testing.assert_allclose(ev.pignistic.sum(axis=1), 1.0, atol=1e-9)
+    np.testing.assert_allclose(ev.pignistic[0], 0.5, atol=1e-9)  # symmetric
+    assert ev.pignistic[1].argmax() == 1
+
+
+def test_one_class_is_refused():
+    with pytest.raises(ValueError, match="at least 2 classes"):
+        evidence_from_weights(EvidenceWeights(np.zeros((1, 1)), np.zeros(1)), np.zeros((1, 1)))
+
+
 @pytest.mark.parametrize("n_classes", [3, 200, 400])
 def test_pignistic_integral_is_exact_where_its_products_underflow(n_classes):
     """With no evidence against any class (``a = 1``) the integral of ``prod_{l != k} t`` is

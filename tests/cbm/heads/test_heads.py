@@ -283,3 +283,17 @@ def test_a_head_saved_with_an_ablation_kind_of_threshold_asks_for_a_refit(tmp_pa
         load_head(tmp_path / "h")
     with pytest.raises(ValueError, match="ablation_score"):
         head.fit_ood_threshold(X, kind="leaf")
+
+
+def test_a_novelty_calibration_warning_names_its_head():
+    """fit-head calibrates every FERL head in turn: a budget the head's own sets already exceed is
+    said once per head, and the warning says which head (it did not)."""
+    rng = np.random.default_rng(0)
+    X = rng.random((180, 5))
+    y = np.array([f"c{k:02d}" for k in np.repeat(np.arange(60), 3)])  # the paper's sets abstain on most
+    head = make_head("ferl-deep", settings="learner").fit(X, y, [f"x{j}" for j in range(5)])
+    head.fit_sets(X, y, None)
+    if not head.predict_set(X).all(axis=1).mean() > 0.05:
+        pytest.skip("the sets do not abstain here")
+    with pytest.warns(UserWarning, match=r"^ferl-deep: \d+ of the 180 held-out inputs abstain"):
+        head.fit_novelty(X, abstain=0.05)
