@@ -98,7 +98,8 @@ def one_pass(model, X):
 
 
 def warm_up() -> float:
-    """Wall seconds of a first fit and read-out of every variant (numba compile or cache load)."""
+    """Wall seconds of a first fit and read-out of every variant and of fit-head's learned weights
+    (numba compile or cache load)."""
     rng = np.random.default_rng(0)
     X = rng.random((80, 3))
     y = (X[:, 0] > 0.5).astype(int) + (X[:, 1] > 0.5)
@@ -107,6 +108,11 @@ def warm_up() -> float:
         model = FERLClassifier(variant, random_state=0).fit(X, y)
         readout(model, X)
         model.predict(X)
+    model = FERLClassifier("deep", random_state=0, **CONCEPT_SETTINGS["deep"]).fit(X, y)  # learned weights
+    model.predict(X)
+    model.calibrate_novelty(X)
+    readout(model, X)
+    one_pass(model, X)
     return time.perf_counter() - start
 
 
@@ -161,6 +167,7 @@ def section_cub(args) -> None:
           f"{'accuracy':>9s}  rules")
     for name, model in models.items():
         t_fit, _ = cpu(lambda m=model: m.fit(X, y), 0.0)
+        model.predict(Xt[:2])  # warm-up: learned weights build their quadrature table once per class count
         t_pred, pred = cpu(lambda m=model: m.predict(Xt), args.min_time)
         t_read = t_one = np.nan
         if isinstance(model, FERLClassifier):

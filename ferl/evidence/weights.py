@@ -135,9 +135,17 @@ def _legendre_table(n_classes: int) -> tuple[np.ndarray, np.ndarray]:
     size = n_classes // 2 + 1
     nodes, weights = np.zeros((n_classes + 1, size)), np.zeros((n_classes + 1, size))
     for m in range(1, n_classes + 1):
-        t, w = np.polynomial.legendre.leggauss(m // 2 + 1)
-        nodes[m, : t.size], weights[m, : w.size] = (t + 1.0) / 2.0, w / 2.0
+        t, w = _legendre_rule(m // 2 + 1)
+        nodes[m, : t.size], weights[m, : w.size] = t, w
     return nodes, weights
+
+
+@functools.cache
+def _legendre_rule(k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k``-node Gauss-Legendre rule on [0, 1]: two factor counts share each (``m // 2 + 1``),
+    and every table reuses it."""
+    t, w = np.polynomial.legendre.leggauss(k)
+    return (t + 1.0) / 2.0, w / 2.0
 
 
 @njit(cache=True)
