@@ -17,7 +17,7 @@ Every head is scored on test with its own confidence (the largest class probabil
 * FERL: leaves fired per image, and the decisive rules (`ferl.evidence.weights.decisive_sources`:
   how many rules carry 90 % of the weight of evidence for the prediction), median / 90th
   percentile / share of images with at most 10; beside it the same for the fewest rules that
-  alone reach 90 % of the margin (`decisive_counts(..., sufficient=True)`).
+  alone reach 90 % of the margin (`decisive_counts`' second output).
 
     python scripts/bench_real_heads.py runs/cub50_lite0 [--seeds 0 1 2]
 """
@@ -61,27 +61,25 @@ def set_metrics(y: np.ndarray, sets: np.ndarray) -> tuple[float, float, float]:
     return M.coverage(y, sets), M.mean_set_size(sets), float(sets.all(axis=1).mean())
 
 
-def decisive_counts(model: FERLClassifier, X: np.ndarray, sufficient: bool = False) -> np.ndarray:
-    """How many rules carry 90 % of the decisive weight of evidence, per input: of the positive
-    contributions' total (`ferl.evidence.weights.decisive_sources`, what `explain` lists), or with
-    ``sufficient`` the fewest rules, strongest first, whose contributions alone reach 90 % of the
-    margin ``log Pl(top) - log Pl(runner-up)`` (prior source included; a reading measured for issue
-    32, not the product's)."""
+def decisive_counts(model: FERLClassifier, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How many rules carry 90 % of the decisive weight of evidence, per input, two ways: of the
+    positive contributions' total (`ferl.evidence.weights.decisive_sources`, what `explain` lists),
+    and the fewest rules, strongest first, whose contributions alone reach 90 % of the margin
+    ``log Pl(top) - log Pl(runner-up)`` (prior source included; a reading measured for issue 32, not
+    the product's)."""
     fired = model.tree_.sparse_firing(X, bool(model.bounded_support), model._gate_margin())
     strengths = rule_sources(X, model.feature_range_, fired.dense(fired.phi, model.tree_.is_leaf))
     top2 = np.argsort(-model.predict_proba(X), axis=1)[:, :2]
     weights = model.evidence_weights_
-    counts = []
+    listed, sufficient = [], []
     for s, (a, b) in zip(strengths, top2, strict=True):
-        if not sufficient:
-            counts.append(decisive_sources(weights, s, a, b)[0].size)
-            continue
+        listed.append(decisive_sources(weights, s, a, b)[0].size)
         index, contribution = decisive_sources(weights, s, a, b, share=1.0)  # every positive one
         prior = weights.intercept[a] - weights.intercept[b]
         margin = prior + ((weights.coef[a] - weights.coef[b]) * s).sum()
         reached = prior + np.concatenate([[0.0], np.cumsum(contribution)]) >= 0.9 * margin
-        counts.append(int(np.argmax(reached)) if reached.any() else index.size)
-    return np.array(counts)
+        sufficient.append(int(np.argmax(reached)) if reached.any() else index.size)
+    return np.array(listed), np.array(sufficient)
 
 
 def score(name: str, model, X_val, y_val, X_test, y_test) -> dict:
@@ -110,8 +108,7 @@ def score(name: str, model, X_val, y_val, X_test, y_test) -> dict:
         leaf_phi = model.node_firing(X_test)[:, model.tree_.is_leaf]
         row["leaves_fired"] = float((leaf_phi > 0).sum(axis=1).mean())
         if model.evidence_weights_ is not None:
-            for key, sufficient in (("decisive", False), ("sufficient", True)):
-                counts = decisive_counts(model, X_test, sufficient)
+            for key, counts in zip(("decisive", "sufficient"), decisive_counts(model, X_test), strict=True):
                 row[key] = (np.median(counts), np.percentile(counts, 90), np.mean(counts <= 10))
     return row
 

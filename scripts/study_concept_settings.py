@@ -76,7 +76,7 @@ def main() -> None:
             pred = proba.argmax(axis=1)
             rows.append((M.accuracy(truth, pred), M.expected_calibration_error(truth, proba),
                          M.aurc(truth, pred, proba.max(axis=1)), seconds, model.n_rules_,
-                         np.mean(decisive_counts(model, X[held]) <= 10)))
+                         np.mean(decisive_counts(model, X[held])[0] <= 10)))
         acc, ece, aurc, seconds, rules, short = np.array(rows).T
         print(f"| {label} | {100 * acc.mean():.1f} ({100 * acc.std():.1f}) | {100 * ece.mean():.1f} | "
               f"{aurc.mean():.2f} | {seconds.mean():.2f} | {rules.mean():.0f} | {100 * short.mean():.1f} % |",

@@ -321,15 +321,15 @@ class Firing:
         """``values`` (one of the entry arrays) as a dense (n_samples, n_nodes) matrix, zeros elsewhere;
         with ``nodes`` (bool mask of shape (n_nodes,)) only those columns, (n_samples, nodes.sum()),
         without building the others. ValueError: ``nodes`` not such a mask."""
+        if nodes is not None and not (isinstance(nodes, np.ndarray) and nodes.dtype == np.bool_
+                                      and nodes.shape == self.start.shape):
+            raise ValueError(f"nodes must be a bool mask of shape ({self.start.shape[0]},), got "
+                             f"{type(nodes).__name__} {getattr(nodes, 'dtype', '')} {np.shape(nodes)}")
         at, node = self.entries()
         if nodes is None:
             out = np.zeros((self.n_samples, self.start.shape[0]))
             out[self.rows[at], node] = values[at]
             return out
-        if not (isinstance(nodes, np.ndarray) and nodes.dtype == np.bool_
-                and nodes.shape == self.start.shape):
-            raise ValueError(f"nodes must be a bool mask of shape ({self.start.shape[0]},), got "
-                             f"{type(nodes).__name__} {getattr(nodes, 'dtype', '')} {np.shape(nodes)}")
         column = np.cumsum(nodes) - 1
         keep = nodes[node]
         out = np.zeros((self.n_samples, int(nodes.sum())))
