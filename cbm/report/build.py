@@ -36,7 +36,7 @@ import numpy as np
 from jsonargparse import ArgumentParser
 
 from cbm.detector import concept_metrics
-from cbm.heads.tables import HEAD_LABELS, discount_sentence, heads_markdown
+from cbm.heads.tables import HEAD_LABELS, heads_markdown
 from cbm.jobs import console_main, phase
 from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
@@ -139,10 +139,9 @@ def _example_section(kind: str, ex: Example | None, main_head: str, written: dic
     truth = ex.true_class if ex.true_class in [str(c) for c in ex.explanation.classes] else None
     lines += [f"![evidence of {ex.sample_id}](examples/{kind}_evidence.png)", "",
               short_markdown(ex.explanation, TOP, truth), ""]
-    if ex.discounted is not None:
-        d = ex.discounted
-        sentence = discount_sentence(d.reliability, d.ignorance, d.abstain, d.credal_set)
-        lines += [sentence[0].upper() + sentence[1:] + ".", ""]
+    lines += [f"The evidence's reliability at the operating point: r(x) = {ex.explanation.reliability:.3f} "
+              "(1 for an image as typical of the training images as the clean val ones; the credal set "
+              "widens as r falls under shift).", ""]
     if ex.threshold is not None:
         decision = "**rejected as novel**" if ex.ood_score > ex.threshold else "accepted"
         lines += [f"{ex.explanation.ood_kind} OOD score {ex.ood_score:.3g} vs threshold {ex.threshold:.3g} "
