@@ -49,9 +49,10 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
     Parameters
     ----------
     image : path-like, PIL image or ndarray
-        A file (decoded with PIL, any mode converted to 8-bit RGB: 16-bit images scaled, see
-        :func:`cbm.data.images.to_rgb`), a PIL image, or an array of shape (H, W, 3) or (H, W) with
-        dtype uint8.
+        A file or a PIL image, read as a viewer shows it and as the training images were
+        (:func:`cbm.data.images.to_rgb`): turned upright by its EXIF orientation, transparent
+        pixels composited onto white, any mode converted to 8-bit RGB (16-bit images scaled); or
+        an array of shape (H, W, 3) or (H, W) with dtype uint8, taken as given.
     min_side : int, optional
         A file or PIL image is reduced by the largest integer factor that keeps its shorter side at
         least this long, while decoding where the format allows (:func:`cbm.data.images.open_rgb`),
