@@ -113,7 +113,8 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
 
     Bad options, inputs and file errors end with one ``predict: error: <message>`` line (exit
     status 1), and so does a run where no input could be read (naming the first reasons; ``--out``
-    is then unchanged); otherwise unreadable inputs are listed.
+    is then unchanged); otherwise unreadable inputs are listed, and so are the warnings of
+    predicted rows (an image far smaller than the detector's input).
     SIGTERM / SIGINT end it with one line (exit status 143 / 130, :func:`cbm.jobs.console_main`).
     """
     cfg = predict_parser().parse_args(argv)
@@ -135,6 +136,8 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
     for r in pred.rows:
         if r["error"] is not None:
             print(f"not predicted: {r['error']}")
+        elif r["warning"] is not None:
+            print(f"warning: {r['input']}: {r['warning']}")
     print(f"predicted {len(rows)} of {len(pred.rows)} input(s) in {time.perf_counter() - start:.1f} s: "
           f"{sum(r['ood_flag'] for r in rows)} flagged as novel ({pred.threshold['kind']} OOD score), "
           f"{sum(r['abstained'] for r in rows)} "

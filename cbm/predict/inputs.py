@@ -22,7 +22,12 @@ from cbm.data.concept_tables import check_concept_names, load_concept_table
 from cbm.data.custom import IMAGE_SUFFIXES
 from cbm.data.images import open_rgb, to_rgb
 
-__all__ = ["ConceptInputs", "find_images", "read_concepts_file", "read_image"]
+__all__ = ["SMALL_INPUT_FACTOR", "ConceptInputs", "find_images", "read_concepts_file", "read_image",
+           "small_input_warning"]
+
+#: An image whose shorter side is less than the detector's input side divided by this is upscaled so
+#: far that its concepts are guesses: its row gets a ``warning``.
+SMALL_INPUT_FACTOR = 4
 
 
 def find_images(folder: str | os.PathLike) -> list[Path]:
@@ -81,6 +86,31 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
         raise
     except Exception as err:  # PIL raises several types for bad data
         raise UnreadableImageError(f"{path}: cannot read image: {err}") from err
+
+
+def small_input_warning(shape: tuple[int, ...], input_side: int | None) -> str | None:
+    """Why an image is too small for its prediction to be trusted, or None.
+
+    The detector resizes every image to ``input_side`` pixels; one whose shorter side is less than
+    ``input_side / SMALL_INPUT_FACTOR`` becomes a few blurred blocks, and the head still gives it a
+    class, often a confident one.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The decoded image's shape, (H, W) or (H, W, channels).
+    input_side : int or None
+        The detector's input side in pixels; None gives no warning.
+
+    Returns
+    -------
+    str or None
+        The image's size beside the detector's, for the row's ``warning``.
+    """
+    if input_side is None or min(shape[:2]) * SMALL_INPUT_FACTOR >= input_side:
+        return None
+    return (f"{shape[1]}x{shape[0]} pixels, far below the detector's input of {input_side}x{input_side}: "
+            f"upscaled, so its concepts and class are unreliable")
 
 
 @dataclass(frozen=True)

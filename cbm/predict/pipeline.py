@@ -9,7 +9,8 @@ the ignorance m(Θ), the OOD score of the kind the run's novelty threshold uses 
 ``ood_kind`` column, :attr:`cbm.heads.FERLHead.ood_kind`), whether it exceeds that threshold
 (:meth:`cbm.heads.FERLHead.fit_ood_threshold`, stored with the head by ``fit-head``), and the
 top-k anomalous attributes; the explanations show the score of the same kind. An input that
-cannot be read keeps its row with an ``error`` and no prediction.
+cannot be read keeps its row with an ``error`` and no prediction; an image far smaller than the
+detector's input is predicted, with a ``warning`` on its row.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from cbm.data.concept_tables import check_concept_names
 from cbm.detector import ConceptDetector
 from cbm.detector.checkpoint import checkpoint_data_settings
 from cbm.heads import FERLHead
-from cbm.predict.inputs import read_image
+from cbm.predict.inputs import read_image, small_input_warning
 from cbm.report.run import load_run
 from ferl.explain import Explanation
 
@@ -48,7 +49,7 @@ CHECKPOINT = Path("detector") / "checkpoints" / "best.ckpt"
 OUTPUTS = ("class", "probability", "belief", "set", "set_size", "abstained", "ignorance", "ood_kind",
            "ood_score", "ood_threshold", "ood_flag", "anomalous_attributes")
 #: The fields of a prediction row, in the order of `Predictions.frame` (and predictions.csv).
-COLUMNS = ("input", *OUTPUTS, "true_class", "error")
+COLUMNS = ("input", *OUTPUTS, "true_class", "warning", "error")
 
 
 @dataclass
@@ -63,8 +64,9 @@ class Predictions:
         ``ignorance`` (m(Θ)), ``ood_kind`` (the kind of OOD score, the threshold's:
         `ferl.novelty.kinds.OOD_KINDS`), ``ood_score``, ``ood_threshold``, ``ood_flag`` (score above
         the threshold: flagged as novel), ``anomalous_attributes`` (``[(name, score)]``, highest
-        first), ``true_class`` (when known, else None) and ``error`` (None, or why the input was
-        not read; its other fields are then None).
+        first), ``true_class`` (when known, else None), ``warning`` (None, or why the prediction
+        may not be trusted: an image far smaller than the detector's input) and ``error`` (None, or
+        why the input was not read; its other fields are then None).
     inputs : list
         The inputs as given (paths or images; None for concept vectors), for pages that show them.
     explain : callable
@@ -89,6 +91,7 @@ class Predictions:
     def n_errors(self) -> int:
         """Inputs that could not be read."""
         return sum(r["error"] is not None for r in self.rows)
+
 
 
 def flat_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -154,6 +157,10 @@ class Pipeline:
         many pixels (:func:`cbm.predict.inputs.read_image`); :meth:`from_run` sets twice the
         evaluation transform's resize, so the transform's own antialiased resize still makes the
         last step (a 10,000 x 10,000 photo no longer lies in memory at full size). None: no reduction.
+    input_side : int or None
+        The detector's input side in pixels (the run's ``image_size``): an image with a shorter
+        side below ``input_side / cbm.predict.inputs.SMALL_INPUT_FACTOR`` gets a row ``warning``.
+        None: no warning.
     """
 
     run_dir: Path
@@ -168,6 +175,7 @@ class Pipeline:
     batch_size: int = 64
     top_k: int = 5
     decode_side: int | None = None
+    input_side: int | None = None
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, head: str = "ferl-deep", inputs: str = "calibrated", *,
@@ -213,7 +221,7 @@ class Pipeline:
                         "now on the run's val table, 95 %% accepted", head, inputs)
         dev = _device(device)
         ckpt = Path(run_dir) / CHECKPOINT
-        detector, transform, decode_side = None, None, None
+        detector, transform, decode_side, input_side = None, None, None, None
         if ckpt.is_file():
             detector = ConceptDetector.from_checkpoint(ckpt, map_location=dev).eval()
             check_concept_names(detector.concept_names, model.concept_names_, source=f"checkpoint {ckpt}",
@@ -223,10 +231,11 @@ class Pipeline:
                 transform = build_transform(data.image_size, train=False,
                                             eval_crop_fraction=data.eval_crop_fraction)
                 decode_side = 2 * round(data.image_size / data.eval_crop_fraction)
+                input_side = data.image_size
         return cls(run_dir=Path(run_dir), head_name=head, inputs=inputs, head=model,
                    calibrator=run.calibrator if inputs == "calibrated" else None, threshold=threshold,
                    detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k,
-                   decode_side=decode_side)
+                   decode_side=decode_side, input_side=input_side)
 
     @property
     def concept_names(self) -> list[str]:
@@ -234,7 +243,7 @@ class Pipeline:
 
     # ------------------------------------------------------------------ images → concepts
     def concept_probs(self, images: Sequence[Any],
-                      progress: bool = False) -> tuple[np.ndarray, dict[int, str]]:
+                      progress: bool = False) -> tuple[np.ndarray, dict[int, str], dict[int, str]]:
         """Detector probabilities of images, in batches.
 
         Parameters
@@ -249,6 +258,8 @@ class Pipeline:
             NaN on the rows of unreadable images.
         errors : dict of int to str
             Row -> why that image could not be read.
+        warnings : dict of int to str
+            Row -> why its probabilities may not be trusted (:func:`small_input_warning`).
 
         Raises
         ------
@@ -266,13 +277,17 @@ class Pipeline:
                              "concept vectors instead (predict --concepts FILE)")
         probs = np.full((len(images), len(self.concept_names)), np.nan, dtype=np.float32)
         errors: dict[int, str] = {}
+        warnings: dict[int, str] = {}
         with tqdm(total=len(images), unit="img", desc="predict", disable=None if progress else True) as bar:
             for start in range(0, len(images), self.batch_size):
                 rows, batch = [], []
                 for i in range(start, min(len(images), start + self.batch_size)):
                     try:
-                        batch.append(self.transform(read_image(images[i], self.decode_side)))
+                        pixels = read_image(images[i], self.decode_side)
+                        batch.append(self.transform(pixels))
                         rows.append(i)
+                        if (warning := small_input_warning(pixels.shape, self.input_side)) is not None:
+                            warnings[i] = warning
                     except UnreadableImageError as err:
                         errors[i] = str(err)
                 if batch:
@@ -280,7 +295,7 @@ class Pipeline:
                         logits = self.detector(torch.stack(batch).to(self.device))
                     probs[rows] = torch.sigmoid(logits.float()).cpu().numpy()
                 bar.update(min(self.batch_size, len(images) - start))
-        return probs, errors
+        return probs, errors, warnings
 
     def predict(self, images: Sequence[Any], ids: Sequence[str] | None = None,
                 progress: bool = False) -> Predictions:
@@ -292,12 +307,13 @@ class Pipeline:
         if ids is None:
             ids = [str(im) if isinstance(im, str | os.PathLike) else f"image_{i}"
                    for i, im in enumerate(images)]
-        probs, errors = self.concept_probs(images, progress)
-        return self.predict_concepts(probs, ids, errors=errors, inputs=images)
+        probs, errors, warnings = self.concept_probs(images, progress)
+        return self.predict_concepts(probs, ids, errors=errors, warnings=warnings, inputs=images)
 
     # ------------------------------------------------------------------ concepts → decisions
     def predict_concepts(self, probs: np.ndarray, ids: Sequence[str] | None = None, *,
-                         errors: dict[int, str] | None = None, inputs: Sequence[Any] | None = None,
+                         errors: dict[int, str] | None = None, warnings: dict[int, str] | None = None,
+                         inputs: Sequence[Any] | None = None,
                          true_class: Sequence[str] | None = None) -> Predictions:
         """Decisions from detector probabilities (calibrated here when the pipeline's inputs are).
 
@@ -310,6 +326,8 @@ class Pipeline:
             Row names (default ``row_<i>``).
         errors : dict of int to str, optional
             Rows that could not be read, and why.
+        warnings : dict of int to str, optional
+            Rows whose prediction may not be trusted, and why (copied to their ``warning``).
         inputs : sequence, optional
             The original inputs (kept in the result for pages).
         true_class : sequence of str, optional
@@ -356,6 +374,7 @@ class Pipeline:
             else:
                 row.update(dict.fromkeys(OUTPUTS))
             row["true_class"] = None if true_class is None else str(true_class[i])
+            row["warning"] = (warnings or {}).get(i) if ok[i] else None
             row["error"] = errors.get(i)
             rows.append(row)
 

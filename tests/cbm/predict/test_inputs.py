@@ -1,11 +1,20 @@
 """What predict reads from files made elsewhere: the smaller points of issue 34 (a concepts CSV in
-upper case, not UTF-8 or with a column twice; a text file named .npz)."""
+upper case, not UTF-8 or with a column twice; a text file named .npz); images far smaller than the
+detector's input."""
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import numpy as np
+import pytest
+import torch
+
+from cbm.data import build_transform
+from cbm.heads import make_head
 from cbm.predict.inputs import read_concepts_file
+from cbm.predict.output import page_files
+from cbm.predict.pipeline import Pipeline
 
 NAMES = ["colour::red", "colour::blue"]
 
@@ -28,3 +37,25 @@ def test_a_bad_concepts_file_is_named_with_what_is_wrong(tmp_path, name, data, m
     (tmp_path / name).write_bytes(data)
     with pytest.raises(ValueError, match=message):
         read_concepts_file(tmp_path / name, NAMES)
+
+
+def test_an_image_far_below_the_detectors_input_is_predicted_with_a_warning():
+    head = make_head("ferl-compact").fit(np.random.default_rng(0).random((40, 2)), np.repeat(["a", "b"], 20),
+                                         ["p", "q"])
+    detector = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    pipe = Pipeline(run_dir=Path("run"), head_name="ferl-compact", inputs="raw", head=head, calibrator=None,
+                    threshold={"kind": "typical", "accept": 0.95, "value": 1.0, "fitted_on": "val", "n": 40},
+                    detector=detector, transform=build_transform(32, train=False), device=torch.device("cpu"),
+                    input_side=32)
+    images = [np.full((1, 1, 3), 200, np.uint8), np.full((7, 40, 3), 200, np.uint8),
+              np.full((8, 8, 3), 200, np.uint8), np.zeros((2, 2, 4), np.uint8)]
+    pred = pipe.predict(images)
+    warnings = [r["warning"] for r in pred.rows]
+    assert warnings[0] == ("1x1 pixels, far below the detector's input of 32x32: upscaled, so its concepts "
+                           "and class are unreliable")
+    assert warnings[1].startswith("40x7 pixels") and warnings[2] is None  # 8 px: a quarter of 32
+    assert warnings[3] is None and pred.rows[3]["error"] is not None  # unreadable: the error says it
+    assert pred.rows[0]["class"] in ("a", "b")  # still predicted
+    assert pred.frame()["warning"].tolist()[:2] == warnings[:2]  # a column of the table
+    page, _ = page_files(pred)
+    assert page.count("**Warning**: ") == 2 and f"**Warning**: {warnings[0]}." in page
