@@ -9,7 +9,9 @@ that input's row.
 from __future__ import annotations
 
 import csv
+import errno
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +24,8 @@ from cbm.data.concept_tables import check_concept_names, load_concept_table
 from cbm.data.custom import IMAGE_SUFFIXES
 from cbm.data.images import open_rgb, to_rgb
 
-__all__ = ["SMALL_INPUT_FACTOR", "ConceptInputs", "find_images", "read_concepts_file", "read_image",
-           "small_input_warning"]
+__all__ = ["SMALL_INPUT_FACTOR", "ConceptInputs", "find_images", "not_a_file", "read_concepts_file",
+           "read_image", "small_input_warning"]
 
 #: An image whose shorter side is less than the detector's input side divided by this is upscaled so
 #: far that its concepts are guesses: its row gets a ``warning``.
@@ -31,20 +33,50 @@ SMALL_INPUT_FACTOR = 4
 
 
 def find_images(folder: str | os.PathLike) -> list[Path]:
-    """Image files below ``folder`` (sub-folders included), sorted by path.
+    """Entries below ``folder`` (sub-folders included) named as images, sorted by path.
+
+    Every entry with a suffix of :data:`IMAGE_SUFFIXES` that is not a folder is listed, readable or
+    not (a broken or looping link, a pipe): each gets its row, and :func:`read_image` says what is
+    wrong with the unreadable ones, so no image-named entry vanishes from the output.
 
     Raises
     ------
     FileNotFoundError
-        ``folder`` is not a folder, or holds no file with a suffix of :data:`IMAGE_SUFFIXES`.
+        ``folder`` is not a folder, or holds no entry with a suffix of :data:`IMAGE_SUFFIXES`.
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"image folder {folder} does not exist")
-    found = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        raise FileNotFoundError(f"image folder {folder} does not exist"
+                                + (" (it is a file: use --images)" if folder.exists() else ""))
+    found = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
     if not found:
         raise FileNotFoundError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
     return found
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """What keeps ``path`` from being read as an image file, or None for a regular file.
+
+    Returns
+    -------
+    str or None
+        The path and what it is instead: missing, a folder, a link that loops or points nowhere, or
+        a pipe, socket or device.
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return f"{path}: a symbolic link that loops (it never reaches a file)"
+        if path.is_symlink():
+            return f"{path}: a symbolic link to {os.readlink(path)}, which does not exist"
+        return f"{path}: " + ("no such file" if err.errno == errno.ENOENT else f"cannot read: {err.strerror}")
+    if stat.S_ISDIR(mode):
+        return f"{path}: a folder, not an image file (predict --folder reads the images in a folder)"
+    if not stat.S_ISREG(mode):
+        return f"{path}: not a regular file (a pipe, socket or device), not an image file"
+    return None
 
 
 def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
@@ -66,8 +98,9 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
     Raises
     ------
     UnreadableImageError
-        A missing or undecodable file, values that cannot be read as 8 bits, or an array of another
-        shape or dtype (the message names the file or the shape).
+        A missing or undecodable file, a path that is no regular file (:func:`not_a_file`), values
+        that cannot be read as 8 bits, or an array of another shape or dtype (the message names
+        the file or the shape).
     """
     if isinstance(image, np.ndarray):
         arr = np.stack([image] * 3, axis=-1) if image.ndim == 2 else image
@@ -78,8 +111,8 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
     if isinstance(image, Image.Image):
         return np.array(to_rgb(image, min_side))
     path = Path(image)
-    if not path.is_file():
-        raise UnreadableImageError(f"{path}: no such file")
+    if (problem := not_a_file(path)) is not None:
+        raise UnreadableImageError(problem)
     try:
         return np.array(open_rgb(path, min_side))
     except UnreadableImageError:

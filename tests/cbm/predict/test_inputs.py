@@ -1,18 +1,21 @@
 """What predict reads from files made elsewhere: the smaller points of issue 34 (a concepts CSV in
 upper case, not UTF-8 or with a column twice; a text file named .npz); images far smaller than the
-detector's input."""
+detector's input; folder entries named as images that are no image file."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
-from cbm.data import build_transform
+from cbm.data import UnreadableImageError, build_transform
 from cbm.heads import make_head
-from cbm.predict.inputs import read_concepts_file
+from cbm.predict import run_predict
+from cbm.predict.inputs import find_images, read_concepts_file, read_image
 from cbm.predict.output import page_files
 from cbm.predict.pipeline import Pipeline
 
@@ -59,3 +62,46 @@ def test_an_image_far_below_the_detectors_input_is_predicted_with_a_warning():
     assert pred.frame()["warning"].tolist()[:2] == warnings[:2]  # a column of the table
     page, _ = page_files(pred)
     assert page.count("**Warning**: ") == 2 and f"**Warning**: {warnings[0]}." in page
+
+
+def _odd_folder(folder: Path) -> None:
+    """A folder with one image and image-named entries that are none: looping and broken links, a
+    pipe, and a folder named like an image (whose image is found)."""
+    (folder / "in.png").mkdir(parents=True)
+    Image.new("RGB", (4, 4)).save(folder / "in.png" / "a.png")
+    Image.new("RGB", (4, 4)).save(folder / "b.png")
+    os.symlink("loop2.png", folder / "loop1.png")
+    os.symlink("loop1.png", folder / "loop2.png")
+    os.symlink("gone.png", folder / "broken.png")
+    os.mkfifo(folder / "pipe.png")
+
+
+def test_every_image_named_entry_of_a_folder_is_listed_and_says_what_it_is(tmp_path):
+    _odd_folder(tmp_path)
+    found = find_images(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+        "b.png", "broken.png", "in.png/a.png", "loop1.png", "loop2.png", "pipe.png"]  # loops were dropped
+    messages = {}
+    for p in found:
+        try:
+            assert read_image(p).shape == (4, 4, 3)
+        except UnreadableImageError as err:
+            messages[p.name] = str(err)
+    assert messages == {
+        "broken.png": f"{tmp_path / 'broken.png'}: a symbolic link to gone.png, which does not exist",
+        "loop1.png": f"{tmp_path / 'loop1.png'}: a symbolic link that loops (it never reaches a file)",
+        "loop2.png": f"{tmp_path / 'loop2.png'}: a symbolic link that loops (it never reaches a file)",
+        "pipe.png": f"{tmp_path / 'pipe.png'}: not a regular file (a pipe, socket or device), not an "
+                    "image file",
+    }
+    with pytest.raises(UnreadableImageError, match=r"in.png: a folder, not an image file \(predict --folder"):
+        read_image(tmp_path / "in.png")
+
+
+def test_a_folder_given_as_images_says_to_use_folder(tmp_path):
+    (tmp_path / "photos").mkdir()
+    with pytest.raises(ValueError, match=r"--images .*photos is a folder .*: use --folder .*photos"):
+        run_predict(str(tmp_path / "no-run"), images=[str(tmp_path / "photos")])  # was "no such file"
+    (tmp_path / "a.png").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"a.png does not exist \(it is a file: use --images\)"):
+        run_predict(str(tmp_path / "no-run"), folder=str(tmp_path / "a.png"))

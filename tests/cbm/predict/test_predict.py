@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import runpy
 import shutil
 from pathlib import Path
@@ -186,6 +187,26 @@ def test_a_concepts_csv_with_a_byte_order_mark_and_an_unknown_device(run, tmp_pa
     for device in ("tpu", "", "cpu:0", "meta"):
         with pytest.raises(ValueError, match="unknown device"):
             Pipeline.from_run(run, device=device)
+
+
+def test_looping_and_broken_links_in_a_folder_get_rows_that_say_so(example, run, tmp_path, capsys):
+    folder = tmp_path / "in"
+    shutil.copytree(example / "new_images", folder)
+    os.symlink("loop.png", folder / "loop.png")
+    os.symlink("gone.png", folder / "broken.png")
+    predict_main(["--run", str(run), "--folder", str(folder), "--out", str(tmp_path / "out"),
+                  "--page", "false"])
+    printed = capsys.readouterr().out
+    assert "predicted 6 of 8 input(s)" in printed and "2 unreadable" in printed  # were "6 of 6"
+    assert "loop.png: a symbolic link that loops" in printed
+    assert "broken.png: a symbolic link to gone.png, which does not exist" in printed
+    loops = tmp_path / "loops"
+    loops.mkdir()
+    for name in ("a.png", "b.png"):
+        os.symlink(name, loops / name)
+    with pytest.raises(SystemExit, match=r"none of the 2 inputs could be read \(.*a.png: a symbolic "
+                                         r"link that loops"):  # was "no image files"
+        predict_main(["--run", str(run), "--folder", str(loops), "--out", str(tmp_path / "out2")])
 
 
 def test_a_missing_image_folder_fails_before_the_run_is_loaded(tmp_path):
