@@ -145,6 +145,11 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
     return results, fitted
 
 
+#: What fit-head does with each split's concept table (each needs rows).
+_SPLIT_USES = {"train": "the heads are fitted", "val": "the calibrator and the sets are fitted",
+               "test": "the heads are evaluated"}
+
+
 def fit_head(
     concepts: str | os.PathLike,
     out: str | os.PathLike,
@@ -201,9 +206,10 @@ def fit_head(
     FileNotFoundError
         A concept table is missing.
     ValueError
-        Invalid tables (split, row and concept named), names that differ between tables, test
-        classes unseen in train outside an open-world run, an unknown head, ``ferl_settings`` or ``seed``, a
-        ``metrics.json`` or ``config.yaml`` that cannot be read (checked before anything is fitted).
+        Invalid tables (split, row and concept named), a table without rows (its file named), names
+        that differ between tables, test classes unseen in train outside an open-world run, an
+        unknown head, ``ferl_settings`` or ``seed``, a ``metrics.json`` or ``config.yaml`` that
+        cannot be read (checked before anything is fitted).
     ferl.io.persist.FolderBusyError
         Another process is writing ``out``.
     OSError
@@ -225,6 +231,10 @@ def fit_head(
         metrics_path = out / "metrics.json"
         doc = read_metrics(metrics_path)
         tables = load_concept_tables(concepts)
+        for split, use in _SPLIT_USES.items():
+            if tables[split].n_samples == 0:
+                raise ValueError(f"concepts/{split}.npz of {concepts} has no rows: {use} on the {split} "
+                                 f"split; give the {split} split samples and run train-detector again")
         train, test = tables["train"], tables["test"]
         concept_names, class_names = train.concept_names, np.asarray(train.class_names)
         data_cfg = read_run_config(out, Path(concepts), Path(concepts).parent)

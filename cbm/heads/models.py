@@ -169,6 +169,9 @@ class FERLHead(ConceptHead):
                                "n": int(scores.size)}
         return self.ood_threshold_
 
+    def concepts_used(self):  # the tree's conditions and the concepts of the learned weights
+        return self.model_.features_used_
+
     def size(self):
         return {"rules": int(self.model_.n_rules_), "nonzero_weights": None,
                 "concepts_used": int(self.concepts_used().size)}
@@ -198,17 +201,15 @@ class FERLHead(ConceptHead):
 
 
 def _checked_threshold(threshold, path) -> dict | None:
-    """A saved novelty threshold, or ValueError naming what is wrong (a null value gave a TypeError
-    later, a NaN one flagged nothing; a kind the product no longer offers, an ablation kind such as
-    ``leaf``, the tree-evidence heads' kind before issue 33, asks for a refit)."""
+    """A saved novelty threshold, or ValueError naming what is wrong and asking for a refit: a null or
+    NaN value, a kind the product no longer offers (an ablation kind such as ``leaf``)."""
     if threshold is None:
         return None
     where = f"{path}/head.json: ood_threshold"
     if not isinstance(threshold, dict):
         raise ValueError(f"{where} must be an object or null, got {threshold!r}; refit the head (fit-head)")
-    value, accept = threshold.get("value"), threshold.get("accept")
+    kind, value, accept = threshold.get("kind"), threshold.get("value"), threshold.get("accept")
     problems = []
-    kind = threshold.get("kind")
     if kind in ABLATION_KINDS:
         problems.append(f"kind {kind!r} is an ablation kind of OOD score, no longer one the product flags "
                         f"with ({list(OOD_KINDS)})")
@@ -227,9 +228,8 @@ class CARTHead(ConceptHead):
     """CART (scikit-learn ``DecisionTreeClassifier`` with its defaults, seeded).
 
     ``max_leaf_nodes`` (None: unbounded) grows the tree best-first to at most that many leaves: the
-    registry's ``cart-compact`` is the CART with as many leaves as FERL-compact has rules, the
-    same-size baseline of issue 16, whose ``sized`` makes `fit` refuse to grow it unbounded (its
-    size must come from that fit).
+    registry's ``cart-compact``, the CART with as many leaves as FERL-compact has rules, is
+    ``sized``: `fit` refuses to grow it unbounded (its size must come from that fit).
 
     Saved as a `skops.io` file; loading trusts only the types `skops.io` trusts by default plus the
     class of the public ``tree_`` attribute of a fitted ``DecisionTreeClassifier`` (any other type
@@ -348,7 +348,7 @@ class RestrictedLRHead(LRHead):
 
     The rank of concept j is ``std(x_j) * ||W[:, j]||_2`` with W the full LR's coefficients on the
     same training rows (ties broken by the lower index). ``n_concepts`` is set by the caller,
-    e.g. to the FERL-deep tree's ``size()["concepts_used"]`` (paper Table 4); it is capped at k.
+    e.g. to FERL-deep's ``size()["concepts_used"]`` (paper Table 4); it is capped at k.
     """
 
     kind = "lr-restricted"

@@ -10,7 +10,8 @@ ignorance m(Θ), the OOD score of the kind the run's novelty threshold uses (nam
 column, :attr:`cbm.heads.FERLHead.ood_kind`) and whether it exceeds that threshold, the shift
 score (the image's feature typicality under the run's detector, with the head's novelty) and its
 flag, and the top-k anomalous attributes; the explanations show the same set and score. An input
-that cannot be read keeps its row with an ``error`` and no prediction.
+that cannot be read keeps its row with an ``error`` and no prediction; an image far smaller than
+the detector's input is predicted, with a ``warning`` on its row.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ import logging
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -37,74 +37,17 @@ from cbm.detector.checkpoint import checkpoint_data_settings
 from cbm.detector.typicality import FEATURE_TYPICALITY_FILE, FeatureTypicality
 from cbm.heads import FERLHead
 from cbm.heads.operating import decide, explain_decision
-from cbm.predict.inputs import read_image
+from cbm.predict.inputs import read_image, small_input_warning
+from cbm.predict.rows import COLUMNS, OUTPUTS, Predictions, flat_row
 from cbm.report.run import load_run
 from ferl.explain import Explanation
 
-__all__ = ["Pipeline", "Predictions"]
+__all__ = ["COLUMNS", "OUTPUTS", "Pipeline", "Predictions", "flat_row"]
 
 log = logging.getLogger(__name__)
 
 #: Where a run keeps the detector whose probabilities its concept tables hold.
 CHECKPOINT = Path("detector") / "checkpoints" / "best.ckpt"
-#: The head's outputs in a prediction row (None where the input could not be read).
-OUTPUTS = ("class", "probability", "belief", "set", "set_size", "abstained", "ignorance", "ood_kind",
-           "ood_score", "ood_threshold", "ood_flag", "shift_score", "shift_flag", "anomalous_attributes")
-#: The fields of a prediction row, in the order of `Predictions.frame` (and predictions.csv).
-COLUMNS = ("input", *OUTPUTS, "true_class", "error")
-
-
-@dataclass
-class Predictions:
-    """What :meth:`Pipeline.predict` returns: one row per input, in input order.
-
-    Attributes
-    ----------
-    rows : list of dict
-        ``input``, ``class`` (argmax of the pignistic probability), ``probability`` (its BetP),
-        ``belief`` (its Bel = m({c})), ``set`` (credal-set classes), ``set_size``, ``abstained``,
-        ``ignorance`` (m(Θ)): the evidence discounted at the operating point; ``ood_kind`` (the
-        kind of OOD score, the threshold's: `ferl.novelty.kinds.OOD_KINDS`), ``ood_score``,
-        ``ood_threshold``, ``ood_flag`` (score above the threshold: flagged as novel),
-        ``shift_score`` and ``shift_flag`` (the input looks unlike the training images),
-        ``anomalous_attributes`` (``[(name, score)]``, highest first), ``true_class`` (when known,
-        else None) and ``error`` (None, or why the input was not read; its other fields are then
-        None).
-    inputs : list
-        The inputs as given (paths or images; None for concept vectors), for pages that show them.
-    explain : callable
-        ``explain(i)`` -> :class:`ferl.explain.Explanation` of row ``i`` (None for an error row),
-        showing the OOD score of the threshold's kind.
-    threshold : dict
-        The novelty threshold used (``kind``, ``accept``, ``value``, ``fitted_on``).
-    """
-
-    rows: list[dict[str, Any]]
-    inputs: list[Any]
-    explain: Callable[[int], Explanation | None] = field(repr=False)
-    threshold: dict[str, Any] = field(default_factory=dict)
-
-    def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame (sets and attributes joined into text); ``set_size`` stays an
-        integer column (pandas' nullable ``Int64``) when error rows leave it empty."""
-        df = pd.DataFrame([flat_row(r) for r in self.rows], columns=list(COLUMNS))
-        return df.astype({"set_size": "Int64"})
-
-    @property
-    def n_errors(self) -> int:
-        """Inputs that could not be read."""
-        return sum(r["error"] is not None for r in self.rows)
-
-
-def flat_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A row with its set as ``a|b`` and its attributes as ``name (score); ...`` (for CSV)."""
-    out = dict(row)
-    if row["set"] is not None:
-        out["set"] = "|".join(row["set"])
-        out["anomalous_attributes"] = "; ".join(f"{n} ({s:.2f})" for n, s in row["anomalous_attributes"])
-    return out
-
-
 def _device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -159,6 +102,10 @@ class Pipeline:
         many pixels (:func:`cbm.predict.inputs.read_image`); :meth:`from_run` sets twice the
         evaluation transform's resize, so the transform's own antialiased resize still makes the
         last step (a 10,000 x 10,000 photo no longer lies in memory at full size). None: no reduction.
+    input_side : int or None
+        The detector's input side in pixels (the run's ``image_size``): an image with a shorter
+        side below ``input_side / cbm.predict.inputs.SMALL_INPUT_FACTOR`` gets a row ``warning``.
+        None: no warning.
     typicality : FeatureTypicality or None
         The detector's feature typicality (``detector/feature_typicality.npz``): each image's
         feature score, read by the shift score. None: a run exported before it.
@@ -176,6 +123,7 @@ class Pipeline:
     batch_size: int = 64
     top_k: int = 5
     decode_side: int | None = None
+    input_side: int | None = None
     typicality: FeatureTypicality | None = None
 
     @classmethod
@@ -222,7 +170,7 @@ class Pipeline:
                         "now on the run's val table, 95 %% accepted", head, inputs)
         dev = _device(device)
         ckpt = Path(run_dir) / CHECKPOINT
-        detector, transform, decode_side = None, None, None
+        detector, transform, decode_side, input_side = None, None, None, None
         typ_path = Path(run_dir) / FEATURE_TYPICALITY_FILE
         typicality = FeatureTypicality.load(typ_path) if typ_path.is_file() else None
         if ckpt.is_file():
@@ -234,10 +182,11 @@ class Pipeline:
                 transform = build_transform(data.image_size, train=False,
                                             eval_crop_fraction=data.eval_crop_fraction)
                 decode_side = 2 * round(data.image_size / data.eval_crop_fraction)
+                input_side = data.image_size
         return cls(run_dir=Path(run_dir), head_name=head, inputs=inputs, head=model,
                    calibrator=run.calibrator if inputs == "calibrated" else None, threshold=threshold,
                    detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k,
-                   decode_side=decode_side, typicality=typicality)
+                   decode_side=decode_side, input_side=input_side, typicality=typicality)
 
     @property
     def concept_names(self) -> list[str]:
@@ -245,13 +194,14 @@ class Pipeline:
 
     # ------------------------------------------------------------------ images → concepts
     def concept_probs(self, images: Sequence[Any],
-                      progress: bool = False) -> tuple[np.ndarray, dict[int, str]]:
-        """Detector probabilities of images, in batches (`detector_outputs` without the feature scores)."""
-        probs, _, errors = self.detector_outputs(images, progress)
-        return probs, errors
+                      progress: bool = False) -> tuple[np.ndarray, dict[int, str], dict[int, str]]:
+        """Detector probabilities of images, in batches, with the errors and warnings of
+        `detector_outputs` (which also gives the feature scores)."""
+        probs, _, errors, warnings = self.detector_outputs(images, progress)
+        return probs, errors, warnings
 
-    def detector_outputs(self, images: Sequence[Any],
-                         progress: bool = False) -> tuple[np.ndarray, np.ndarray | None, dict[int, str]]:
+    def detector_outputs(self, images: Sequence[Any], progress: bool = False
+                         ) -> tuple[np.ndarray, np.ndarray | None, dict[int, str], dict[int, str]]:
         """Detector probabilities and feature scores of images, in batches.
 
         Parameters
@@ -269,6 +219,8 @@ class Pipeline:
             feature typicality.
         errors : dict of int to str
             Row -> why that image could not be read.
+        warnings : dict of int to str
+            Row -> why its probabilities may not be trusted (:func:`small_input_warning`).
 
         Raises
         ------
@@ -287,13 +239,17 @@ class Pipeline:
         probs = np.full((len(images), len(self.concept_names)), np.nan, dtype=np.float32)
         scores = None if self.typicality is None else np.full(len(images), np.nan)
         errors: dict[int, str] = {}
+        warnings: dict[int, str] = {}
         with tqdm(total=len(images), unit="img", desc="predict", disable=None if progress else True) as bar:
             for start in range(0, len(images), self.batch_size):
                 rows, batch = [], []
                 for i in range(start, min(len(images), start + self.batch_size)):
                     try:
-                        batch.append(self.transform(read_image(images[i], self.decode_side)))
+                        pixels = read_image(images[i], self.decode_side)
+                        batch.append(self.transform(pixels))
                         rows.append(i)
+                        if (warning := small_input_warning(pixels.shape, self.input_side)) is not None:
+                            warnings[i] = warning
                     except UnreadableImageError as err:
                         errors[i] = str(err)
                 if batch:
@@ -304,7 +260,7 @@ class Pipeline:
                     if scores is not None:
                         scores[rows] = self.typicality.score(features.float().cpu().numpy())
                 bar.update(min(self.batch_size, len(images) - start))
-        return probs, scores, errors
+        return probs, scores, errors, warnings
 
     def predict(self, images: Sequence[Any], ids: Sequence[str] | None = None,
                 progress: bool = False) -> Predictions:
@@ -316,13 +272,14 @@ class Pipeline:
         if ids is None:
             ids = [str(im) if isinstance(im, str | os.PathLike) else f"image_{i}"
                    for i, im in enumerate(images)]
-        probs, scores, errors = self.detector_outputs(images, progress)
-        return self.predict_concepts(probs, ids, errors=errors, inputs=images, feature_score=scores)
+        probs, scores, errors, warnings = self.detector_outputs(images, progress)
+        return self.predict_concepts(probs, ids, errors=errors, warnings=warnings, inputs=images,
+                                     feature_score=scores)
 
     # ------------------------------------------------------------------ concepts → decisions
     def predict_concepts(self, probs: np.ndarray, ids: Sequence[str] | None = None, *,
-                         errors: dict[int, str] | None = None, inputs: Sequence[Any] | None = None,
-                         true_class: Sequence[str] | None = None,
+                         errors: dict[int, str] | None = None, warnings: dict[int, str] | None = None,
+                         inputs: Sequence[Any] | None = None, true_class: Sequence[str] | None = None,
                          feature_score: np.ndarray | None = None) -> Predictions:
         """Decisions from detector probabilities (calibrated here when the pipeline's inputs are).
 
@@ -335,6 +292,8 @@ class Pipeline:
             Row names (default ``row_<i>``).
         errors : dict of int to str, optional
             Rows that could not be read, and why.
+        warnings : dict of int to str, optional
+            Rows whose prediction may not be trusted, and why (copied to their ``warning``).
         inputs : sequence, optional
             The original inputs (kept in the result for pages).
         true_class : sequence of str, optional
@@ -385,6 +344,7 @@ class Pipeline:
             else:
                 row.update(dict.fromkeys(OUTPUTS))
             row["true_class"] = None if true_class is None else str(true_class[i])
+            row["warning"] = (warnings or {}).get(i) if ok[i] else None
             row["error"] = errors.get(i)
             rows.append(row)
 

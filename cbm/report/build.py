@@ -194,7 +194,8 @@ def build_report(
     Raises
     ------
     FileNotFoundError
-        Not a run directory, or the head is missing (run ``fit-head`` first).
+        Not a run directory, the head is missing (run ``fit-head`` first), or the run has no test
+        concept table with rows (``concepts/test.npz``, where the examples come from).
     ValueError
         ``head`` is not a FERL head, or invalid run files.
     """

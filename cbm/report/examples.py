@@ -231,13 +231,19 @@ def choose_and_explain(run: RunView, head_name: str = "ferl-deep", inputs: str =
     Raises
     ------
     FileNotFoundError
-        The head is not in the run.
+        The head is not in the run, or the run has no test table with rows (the file is named).
     ValueError
         The head is not a FERL head.
     """
     head = run.head(head_name, inputs)
     if not isinstance(head, FERLHead):
         raise ValueError(f"head {head_name!r} is not a FERL head; examples need credal sets")
+    if "test" not in run.tables or not run.tables["test"].n_samples:
+        path = run.run_dir / "concepts" / "test.npz"
+        raise FileNotFoundError(f"{path} {'has no rows' if path.exists() else 'not found'}: the report's "
+                                "examples are chosen from the run's test split; export it with "
+                                "train-detector (--export_splits with test, the default) before building "
+                                "the report")
 
     def outputs_of(h: FERLHead) -> dict[str, dict[str, np.ndarray]]:
         names = np.asarray(run.class_names)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import warnings
-
 import hashlib
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -79,6 +78,17 @@ def test_sizes(fitted):
     for name in ("ferl-compact", "ferl-medium", "ferl-deep", "cart"):
         used = fitted[name].concepts_used()
         assert set(used) <= set(range(K)) and 1 <= len(used) == fitted[name].size()["concepts_used"]
+
+
+def test_a_ferl_deep_with_learned_weights_counts_every_concept_it_reads():
+    # a two-row train table: one rule and no split ("1 rules, 0 concepts"), while the learned weights
+    # read the three concepts that vary; lr-restricted sized from it refused to fit
+    X, y, names = np.array([[0.9, 0.1, 0.5, 0.2], [0.1, 0.8, 0.5, 0.3]]), ["a", "b"], ["p", "q", "r", "s"]
+    deep = make_head("ferl-deep", settings="concepts").fit(X, y, names)
+    assert deep.size() == {"rules": 1, "nonzero_weights": None, "concepts_used": 3}
+    assert deep.concepts_used().tolist() == [0, 1, 3] and "1 rules over 3 concepts" in deep.describe()
+    restricted = make_head("lr-restricted", n_concepts=deep.size()["concepts_used"]).fit(X, y, names)
+    assert restricted.size()["concepts_used"] == 3
 
 
 def test_restricted_lr_keeps_the_largest_weight_concepts(fitted):

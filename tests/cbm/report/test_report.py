@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,11 @@ def test_report_errors_name_the_problem(tmp_path, tiny):
         build_report(tiny, head="ferl-compact")
     with pytest.raises(ValueError, match="not a FERL head"):
         build_report(tiny, head="lr")
+    copy = tmp_path / "run"  # was "pick_examples needs the test split's outputs"
+    shutil.copytree(tiny, copy, ignore=shutil.ignore_patterns("test.npz"))
+    with pytest.raises(FileNotFoundError, match=r"concepts/test.npz not found: the report's examples are "
+                                                r"chosen from the run's test split; export it"):
+        build_report(copy)
 
 
 def test_demote_headings():
