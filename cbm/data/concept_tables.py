@@ -21,12 +21,10 @@ corruption     str (n,), optional      shift tables: the row's corruption
 severity       int64 (n,), optional    shift tables: its severity (1-5)
 ============== ======================= ==========================================
 
-Arrays are plain numpy (no pickles): ``np.load(path)`` opens them. ``concept_groups`` is optional
-(tables written before it load unchanged), and so are ``feature_score`` (absent from tables of
-detectors exported before it and of concept vectors made elsewhere) and the shift tables' three
-columns (`SHIFT_KEYS`, all or none); without ``concept_groups``, :func:`concept_groups_from_names` derives
-each concept's group from its name (``group::value``, the CUB and synthetic-world form), and a
-name without ``::`` is a group of its own (AwA2's predicates).
+Arrays are plain numpy (no pickles): ``np.load(path)`` opens them. The optional ones may be absent
+(older tables, concept vectors made elsewhere); without ``concept_groups``,
+:func:`concept_groups_from_names` derives each concept's group from its name (``group::value``, the
+CUB and synthetic-world form; a name without ``::`` is a group of its own, AwA2's predicates).
 """
 
 from __future__ import annotations
@@ -186,9 +184,9 @@ class ConceptTable:
         set_(self, "split", str(self.split))
 
     def _checked_feature_score(self, n: int, where: str) -> np.ndarray | None:
-        score = None if self.feature_score is None else np.asarray(self.feature_score)
-        if score is None:
+        if self.feature_score is None:
             return None
+        score = np.asarray(self.feature_score)
         if score.shape != (n,) or not np.issubdtype(score.dtype, np.number):
             raise ValueError(f"{where}: feature_score must be {n} numbers, got shape {score.shape}")
         score = score.astype(np.float64)

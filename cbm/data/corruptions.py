@@ -14,6 +14,7 @@ caller's own draws are unaffected.
 from __future__ import annotations
 
 import inspect
+import warnings
 import zlib
 from collections.abc import Sequence
 from numbers import Integral
@@ -124,7 +125,9 @@ def corrupt(image: np.ndarray, name: str, severity: int, seed: int) -> np.ndarra
     state = np.random.get_state()  # noqa: NPY002 -- the package draws from the global generator
     try:
         np.random.seed(int(seed))  # noqa: NPY002
-        out = package.corrupt(image, severity=int(severity), corruption_name=name, **kwargs)
+        with np.errstate(all="ignore"), warnings.catch_warnings():  # the package's 0/0 on flat images
+            warnings.simplefilter("ignore", RuntimeWarning)
+            out = package.corrupt(image, severity=int(severity), corruption_name=name, **kwargs)
     finally:
         np.random.set_state(state)  # noqa: NPY002
     return np.ascontiguousarray(out[..., :3], dtype=np.uint8)

@@ -72,7 +72,7 @@ def _outputs(detector: ConceptDetector, datamodule: ConceptDataModule, rows: np.
              severities: list[int], seed: int, accelerator: str, precision: str | None,
              cache_dir: Path | None) -> tuple[np.ndarray, np.ndarray]:
     """Features and probabilities of the corrupted images; a frozen backbone's features from the cache
-    (``<cache_dir>/<features key>-shift-seed<seed>.npz``, one entry per image and corruption) where
+    (``<cache_dir>/corrupted/<features key>-seed<seed>.npz``, one entry per image and corruption) where
     present, the missing ones computed and added."""
     table = datamodule.table
     source = table.sample_ids[rows].astype(str)
@@ -80,7 +80,7 @@ def _outputs(detector: ConceptDetector, datamodule: ConceptDataModule, rows: np.
     cached: dict[str, np.ndarray] = {}
     path = None
     if detector.frozen and cache_dir is not None:
-        path = Path(cache_dir) / f"{features_key(detector, datamodule)}-shift-seed{seed}.npz"
+        path = Path(cache_dir) / "corrupted" / f"{features_key(detector, datamodule)}-seed{seed}.npz"
         if path.is_file():
             with np.load(path, allow_pickle=False) as npz:
                 cached = dict(zip(npz["ids"].astype(str).tolist(), npz["features"], strict=True))

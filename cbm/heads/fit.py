@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from functools import partial
@@ -150,6 +152,26 @@ _SPLIT_USES = {"train": "the heads are fitted", "val": "the calibrator and the s
                "test": "the heads are evaluated"}
 
 
+def _warn_coverage(coverage: float | None, n: int) -> None:
+    """Warn when ``n`` val rows cannot certify ``coverage``: split conformal needs
+    ``ceil((n + 1) coverage) <= n`` rows, else every credal set holds every class."""
+    if coverage is not None and n and math.ceil((n + 1) * coverage - 1e-9) > n:
+        warnings.warn(f"--coverage {coverage:g} cannot be certified by the {n} val rows of the training "
+                      f"classes: they certify at most {n / (n + 1):.4g} (split conformal needs at least "
+                      f"{math.ceil(coverage / (1 - coverage) - 1e-9)} rows); every FERL credal set will hold "
+                      "every class. Lower --coverage or give the val split more rows.", UserWarning,
+                      stacklevel=3)
+
+
+def _say_abstention(results: dict) -> None:
+    """One line: each FERL head's test abstention at its operating point (wide sets abstain)."""
+    rates = [f"{name} {100 * fit['abstention_rate']:.1f} %" for name, kinds in results.items()
+             for kind, fit in kinds.items() if kind == "calibrated" and "abstention_rate" in fit]
+    if rates:
+        log.info("abstention on calibrated test concepts at the operating point (sets wider than "
+                 "--max-set-size abstain): %s", ", ".join(rates))
+
+
 def fit_head(
     concepts: str | os.PathLike,
     out: str | os.PathLike,
@@ -249,6 +271,7 @@ def fit_head(
                     f"train: {unseen[:20]}; this is only valid for an open-world run (--open-world true)"
                 )
             log.info("open-world run: %d test rows of unseen classes left out", int((~seen).sum()))
+        _warn_coverage(coverage, int(np.isin(tables["val"].y, np.unique(train.y)).sum()))
 
         with phase("fitting the calibrator and the heads", f"{out} is unchanged: its calibration.json, "
                    "heads, metrics.json and tables are replaced together, once every head is fitted"):
@@ -278,6 +301,7 @@ def fit_head(
                 if source == main:
                     fitted = heads_of
             results = compared[main]
+            _say_abstention(results)
 
             entry = {
                 "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),

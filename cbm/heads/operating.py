@@ -48,6 +48,8 @@ MAX_SET_SIZE = 10
 SHIFT_WEIGHT = 0.5
 #: Share of the clean val rows the shift flag accepts.
 SHIFT_ACCEPT = 0.95
+#: Bins of equal count of the shift-calibration rows in the widening (docs/results/shift.md).
+N_BINS = 15
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ def _check_size(max_set_size) -> int:
 
 def fit_operating_point(head, X_val: np.ndarray, y_val: np.ndarray, feature_val: np.ndarray | None,
                         shifted: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                        coverage: float = 0.9, max_set_size: int = MAX_SET_SIZE) -> dict:
+                        coverage: float = 0.9, max_set_size: int = MAX_SET_SIZE,
+                        shift_weight: float = SHIFT_WEIGHT, n_bins: int = N_BINS) -> dict:
     """Fit a FERL head's operating point (module docstring) and store it as ``head.operating_``.
 
     Call after the head's novelty calibration and threshold (`FERLHead.fit_novelty`,
@@ -130,6 +133,10 @@ def fit_operating_point(head, X_val: np.ndarray, y_val: np.ndarray, feature_val:
         None: no widening (the paper's DS-conformal set at ``coverage``).
     coverage : float in (0, 1)
     max_set_size : int >= 1
+    shift_weight : float >= 0
+        ``w`` of the shift score (`SHIFT_WEIGHT`).
+    n_bins : int >= 1
+        Bins of the widening (`ferl.evidence.adaptive.ShiftAdaptiveSets`).
 
     Returns
     -------
@@ -151,7 +158,9 @@ def fit_operating_point(head, X_val: np.ndarray, y_val: np.ndarray, feature_val:
     features = _feature_scores(feature_val, len(y_val), "val")
     features = None if features is None else features[seen]
     read = model.credal_readout(X, head.ood_kind)
-    point = {"coverage": float(coverage), "max_set_size": size, "shift_weight": SHIFT_WEIGHT,
+    if isinstance(shift_weight, bool) or not isinstance(shift_weight, int | float) or not shift_weight >= 0:
+        raise ValueError(f"shift_weight must be a number >= 0, got {shift_weight!r}")
+    point = {"coverage": float(coverage), "max_set_size": size, "shift_weight": float(shift_weight),
              "reference": {"novelty": _moments(read.ood_score),
                            "feature": [0.0, 1.0] if features is None else _moments(features)}}
     u_val = _shift_score(point, read.ood_score, features)
@@ -165,7 +174,7 @@ def fit_operating_point(head, X_val: np.ndarray, y_val: np.ndarray, feature_val:
             sh = model.credal_readout(head._check_X(np.asarray(X_sh)[keep]), head.ood_kind)
             nll_sh = true_class_nll(sh.evidence.plausibility, head.class_index(np.asarray(y_sh)[keep]))
             u_sh = _shift_score(point, sh.ood_score, f_sh[keep])
-    sets = ShiftAdaptiveSets(coverage).fit(nll_val, u_val, nll_sh, u_sh)
+    sets = ShiftAdaptiveSets(coverage, n_bins).fit(nll_val, u_val, nll_sh, u_sh)
     point |= {"sets": sets.to_dict(), "shift_threshold": fit_acceptance_threshold(u_val, SHIFT_ACCEPT),
               "n_val": int(seen.sum()), "n_shifted": 0 if nll_sh is None else int(nll_sh.size)}
     head.operating_ = point

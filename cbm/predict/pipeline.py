@@ -253,11 +253,15 @@ class Pipeline:
                     except UnreadableImageError as err:
                         errors[i] = str(err)
                 if batch:
-                    with torch.inference_mode():
-                        features = self.detector.features(torch.stack(batch).to(self.device))
-                        logits = self.detector.head(features)
+                    x = torch.stack(batch).to(self.device)
+                    split = hasattr(self.detector, "features") and hasattr(self.detector, "head")
+                    with torch.inference_mode():  # a module without the features / head split: no score
+                        features = self.detector.features(x) if split else None
+                        logits = self.detector.head(features) if split else self.detector(x)
                     probs[rows] = torch.sigmoid(logits.float()).cpu().numpy()
-                    if scores is not None:
+                    if scores is not None and features is None:
+                        scores = None
+                    elif scores is not None:
                         scores[rows] = self.typicality.score(features.float().cpu().numpy())
                 bar.update(min(self.batch_size, len(images) - start))
         return probs, scores, errors, warnings

@@ -17,6 +17,7 @@ from pathlib import Path
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from cbm.data.corruptions import CORRUPTIONS
+from cbm.detector.train import quiet_library_noise
 from cbm.jobs import console_main, phase
 from cbm.runtime import add_threads_argument, set_threads
 from cbm.shift.protocol import evaluate_shift
@@ -59,6 +60,7 @@ def evaluate_shift_main(argv: Sequence[str] | None = None) -> None:
     """Entry point of ``evaluate-shift``; prints ``shift.md``."""
     cfg = shift_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    quiet_library_noise()
 
     def job():
         set_threads(cfg.threads)

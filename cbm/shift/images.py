@@ -119,17 +119,17 @@ def open_run(run_dir: str | os.PathLike, heads: list[str], inputs: str,
     if not ckpt.is_file():
         raise FileNotFoundError(f"{ckpt} not found: evaluate-shift needs the run's detector (train-detector "
                                 "keeps it)")
+    detector = ConceptDetector.from_checkpoint(ckpt).eval()
+    data_cfg = {**(config.get("data") or {}), **(checkpoint_data_settings(ckpt) or {})}
+    if detector.hparams.input_kind != "image" or data_cfg.get("image_size") is None:
+        raise ValueError(f"{run_dir} is a run without image paths: its detector reads feature vectors, and "
+                         "corruptions apply to images")
     typicality_path = run_dir / FEATURE_TYPICALITY_FILE
     if not typicality_path.is_file():
         raise FileNotFoundError(f"{typicality_path} not found: the detector was exported before its feature "
                                 "typicality existed; train it again (train-detector), then fit-head")
     if not (run_dir / "calibration.json").is_file():
         raise FileNotFoundError(f"{run_dir / 'calibration.json'} not found: run fit-head first")
-    detector = ConceptDetector.from_checkpoint(ckpt).eval()
-    data_cfg = {**(config.get("data") or {}), **(checkpoint_data_settings(ckpt) or {})}
-    if detector.hparams.input_kind != "image" or data_cfg.get("image_size") is None:
-        raise ValueError(f"{run_dir} is a run without image paths: its detector reads feature vectors, and "
-                         "corruptions apply to images")
     if data_root is not None:
         data_cfg["data_root"] = data_root
     data = ConceptDataModule(**data_cfg)

@@ -8,8 +8,11 @@ Set predictors (each row: a class, a set, an abstention, and a shift score for d
   calibrated on clean val and never widened (what the product did before its sets read the shift);
   its shift score is the head's own novelty score;
 * ``lr-lac``, ``lr-aps``, ``lr-raps``: the run's logistic regression with split-conformal sets
-  (`ferl.evidence.conformal.SplitConformal`: LAC, APS, RAPS) calibrated on the clean val rows
-  (calibrated out of sample, as the FERL heads' are); shift score ``1 - max p`` (MSP).
+  (`ferl.evidence.conformal.SplitConformal`: LAC, and APS and RAPS in their randomised form, which
+  reaches the target coverage where the deterministic one over-covers with wide sets) calibrated on
+  the clean val rows (calibrated out of sample, as the FERL heads' are); shift score ``1 - max p``
+  (MSP). ``lr-raps-nonempty``: RAPS with the top class kept in every set (its authors' code's
+  default), which covers more than the target on clean inputs with wider sets.
 
 Shift detectors only (no set): ``lr-energy`` (the logistic regression's negative energy),
 ``mahalanobis-concepts`` (class-conditional Mahalanobis on the concept vectors, fitted on the train
@@ -36,7 +39,9 @@ __all__ = ["DETECTORS", "Outputs", "ShiftMethods", "cell_metrics"]
 
 #: Shift detectors without a set.
 DETECTORS = ("lr-energy", "mahalanobis-concepts", "mahalanobis-features")
-_CONFORMAL = {"lr-lac": "lac", "lr-aps": "aps", "lr-raps": "raps"}
+#: Set method -> (score, randomised, empty sets allowed).
+_CONFORMAL = {"lr-lac": ("lac", False, False), "lr-aps": ("aps", True, True), "lr-raps": ("raps", True, True),
+              "lr-raps-nonempty": ("raps", True, False)}
 
 
 @dataclass(frozen=True)
@@ -75,8 +80,9 @@ class ShiftMethods:
         seen = np.isin(np.asarray(val.class_names)[val.y], lr.classes_)
         y_val = lr.class_index(np.asarray(val.class_names)[val.y[seen]])
         proba_val = np.clip(lr.predict_proba(X_val[seen]), 0.0, 1.0)
-        self.conformal = {m: SplitConformal(1.0 - coverage, score).fit(proba_val, y_val)
-                          for m, score in _CONFORMAL.items()}
+        self.conformal = {m: SplitConformal(1.0 - coverage, score, randomized=randomized,
+                                            random_state=run.seed, allow_empty=empty).fit(proba_val, y_val)
+                          for m, (score, randomized, empty) in _CONFORMAL.items()}
         crossfit = crossfit_table(run.run_dir, train)
         source = crossfit if crossfit is not None else train
         self.mahalanobis = MahalanobisDetector().fit(run.concepts(source.probs, inputs), source.y)

@@ -19,6 +19,7 @@ METHOD_LABELS = {"product": "FERL-deep (product)", "ferl-compact": "FERL-compact
                  "ferl-medium": "FERL-medium", "ferl-deep": "FERL-deep",
                  "ferl-deep-ds-conformal": "FERL-deep, DS-conformal (clean threshold)",
                  "lr-lac": "LR + split conformal", "lr-aps": "LR + APS", "lr-raps": "LR + RAPS",
+                 "lr-raps-nonempty": "LR + RAPS, top class kept",
                  "lr-energy": "LR energy", "mahalanobis-concepts": "Mahalanobis (concepts)",
                  "mahalanobis-features": "Mahalanobis (detector features)"}
 

@@ -12,10 +12,11 @@ with ``b`` a non-decreasing widening, ``b >= 0``, learned on held-out inputs und
 (the validation corruptions of an image benchmark), and ``t`` the level:
 
 1. ``b``: the isotonic (non-decreasing) fit, over bins of equal count in ``z``, of each bin's
-   split-conformal ``(1 - alpha)`` quantile of ``-log Pl_y`` of the shifted inputs, less the clean
-   inputs' quantile ``l0`` and floored at 0, so that it is 0 where shifted inputs need no wider set
-   than clean ones and grows where their true class falls down the plausibility ranking; interpolated
-   linearly between the bins' mean scores and held at its ends;
+   split-conformal ``(1 - alpha)`` quantile of ``-log Pl_y`` of the shifted inputs, less the larger of
+   the clean inputs' quantile ``l0`` and its own value at the lowest bin, floored at 0: 0 where the
+   shifted inputs need no wider set than the clean or the least shifted ones, growing where their
+   true class falls down the plausibility ranking; interpolated linearly between the bins' mean
+   scores and held at its ends;
 2. ``t``: the split-conformal ``(1 - alpha)`` quantile of ``-log Pl_y - b(z)`` of the *clean* held-out
    inputs, so that under exchangeability of those and new clean inputs the set covers with
    probability at least ``1 - alpha`` (the normalised score of locally adaptive conformal prediction,
@@ -25,16 +26,16 @@ with ``b`` a non-decreasing widening, ``b >= 0``, learned on held-out inputs und
 Under a shift the coverage holds as far as the shifted inputs' conditional quantile at a given ``z``
 resembles that of the calibration shifts: no guarantee, a measured property.
 
-The same set is a Shafer discount of the evidence: with ``tau = exp(-t)`` and the reliability
-``r(x) = (1 - tau) / (1 - tau exp(-b(z(x))))`` in ``(0, 1]``, the discounted plausibility
-``Pl^r = 1 - r (1 - Pl)`` reaches ``tau`` exactly where ``Pl`` reaches ``tau exp(-b)``
-(`ferl.evidence.discount_evidence`), so the set at the clean level on the discounted evidence is
-``S(x)``, and the discounted ignorance ``m^r(Theta) = 1 - r (1 - m(Theta))`` grows with the shift.
+The widening is a reliability of the evidence: ``r(x) = exp(-b(z(x)))`` in ``(0, 1]`` is the factor
+by which the set's plausibility threshold falls (a class half as plausible as a clean input's
+least plausible member enters at ``r = 1/2``). Discounting the evidence by it (Shafer's discounting,
+`ferl.evidence.discount_evidence`) turns the shift into ignorance: ``m^r(Theta) = 1 - r (1 -
+m(Theta))`` grows with ``b``, while the pignistic arg-max stays; the set itself is read from the
+undiscounted plausibility, as above.
 """
 
 from __future__ import annotations
 
-import math
 from numbers import Integral, Real
 
 import numpy as np
@@ -165,9 +166,9 @@ class ShiftAdaptiveSets:
         else:
             cap = np.max(quant[finite]) if finite.any() else l0
             quant = np.where(finite, quant, max(cap, l0))
-            fit = IsotonicRegression(increasing=True).fit(knots, quant, sample_weight=weight)
-            widening = np.maximum(fit.predict(knots) - l0, 0.0)
-        self.knots_, self.widening_ = knots.astype(np.float64), np.maximum.accumulate(widening)
+            fit = IsotonicRegression(increasing=True).fit(knots, quant, sample_weight=weight).predict(knots)
+            widening = np.maximum.accumulate(fit - max(l0, fit[0]))
+        self.knots_, self.widening_ = knots.astype(np.float64), np.maximum(widening, 0.0)
         clean_widening = np.interp(score_clean, self.knots_, self.widening_)
         self.level_ = conformal_quantile(nll_clean - clean_widening, alpha)
         return self
@@ -189,19 +190,10 @@ class ShiftAdaptiveSets:
         widening = self.widening(score)  # checks the fit first
         return self.level_ + widening
 
-    @property
-    def tau(self) -> float:
-        """The clean plausibility threshold ``exp(-t)``, in [0, 1]."""
-        self._check_fitted()
-        return math.exp(-self.level_) if math.isfinite(self.level_) else 0.0
-
     def reliability(self, score) -> np.ndarray:
-        """The Shafer discount ``r(x)`` that turns the set at level ``t`` into ``S(x)``, float64 (n,)
-        in (0, 1]; 1 where ``b = 0`` (and everywhere when the level lets every class in)."""
-        widening, tau = self.widening(score), self.tau
-        if tau <= 0.0 or tau >= 1.0:
-            return np.ones_like(widening)
-        return (1.0 - tau) / (1.0 - tau * np.exp(-widening))
+        """``r(x) = exp(-b(z))``, float64 (n,) in (0, 1]: 1 for the least shifted inputs, the factor by
+        which the set's plausibility threshold falls for the others (module docstring)."""
+        return np.exp(-self.widening(score))
 
     def predict_set(self, plausibility, score) -> np.ndarray:
         """``S(x)`` of rows of plausibility (n, C) in [0, 1] with shift scores (n,): bool (n, C)."""

@@ -183,6 +183,16 @@ class SplitConformal:
 
     lam : float >= 0, default=0.01
         The ``"raps"`` penalty per class past ``k_reg`` (ignored by the other scores).
+    randomized : bool, default=False
+        ``"aps"`` / ``"raps"``: the randomised scores of the papers, ``above + u (score - above)`` with
+        ``u ~ U(0, 1)`` per row, which reach ``1 - alpha`` instead of over-covering (many classes of
+        small probability make the deterministic sets far wider than needed).
+    random_state : int, default=0
+        Seeds ``u`` (the same draws at every call, so the sets are reproducible).
+    allow_empty : bool, default=False
+        A randomised set may be empty (the papers' exact form: coverage ``1 - alpha`` under
+        exchangeability, not more); False keeps the top class in every set, as the RAPS authors'
+        code does by default, which covers more than ``1 - alpha`` with wider sets.
 
     Attributes
     ----------
@@ -201,16 +211,23 @@ class SplitConformal:
     [[True, False]]
     """
 
-    def __init__(self, alpha: float = 0.1, score: str = "aps", lam: float = 0.01) -> None:
+    def __init__(self, alpha: float = 0.1, score: str = "aps", lam: float = 0.01, randomized: bool = False,
+                 random_state: int = 0, allow_empty: bool = False) -> None:
         self.alpha = alpha
         self.score = score
         self.lam = lam
+        self.randomized = randomized
+        self.random_state = random_state
+        self.allow_empty = allow_empty
 
     def _score_matrix(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        if self.score == "aps":
-            return aps_scores(values)
-        if self.score == "raps":
-            return raps_scores(values, self.k_reg_, self.lam)
+        if self.score in ("aps", "raps"):
+            score, above = aps_scores(values) if self.score == "aps" else raps_scores(values, self.k_reg_,
+                                                                                      self.lam)
+            if not self.randomized:
+                return score, above
+            u = np.random.default_rng(self.random_state).random((values.shape[0], 1))
+            return above + u * (score - above), None  # Romano et al.'s E(x, c, u), ties spread by u
         return 1.0 - values, None
 
     def fit(self, values: np.ndarray, y: np.ndarray) -> SplitConformal:
@@ -280,4 +297,6 @@ class SplitConformal:
         sets = score <= self.threshold_
         if above is not None:
             sets |= above < self.threshold_
+        if self.randomized and self.score in ("aps", "raps") and not self.allow_empty:  # keep the top class
+            sets[np.arange(v.shape[0]), np.argmax(v, axis=1)] = True
         return sets

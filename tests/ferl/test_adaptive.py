@@ -29,8 +29,9 @@ def test_widening_grows_with_the_score_and_only_widens():
     sets = _fitted()
     assert np.all(np.diff(sets.widening_) >= 0) and sets.widening_.min() >= 0
     assert sets.widening([3.5])[0] > sets.widening([0.0])[0] + 1.0  # the far rows need much wider sets
+    assert sets.widening_[0] == 0.0  # the least shifted rows are not widened
     r = sets.reliability(np.linspace(-1, 5, 50))
-    assert np.all((r > 0) & (r <= 1)) and np.all(np.diff(r) <= 1e-12)
+    assert np.all((r > 0) & (r <= 1)) and np.all(np.diff(r) <= 1e-12) and r[0] == 1.0
 
 
 def test_the_clean_rows_are_covered_as_split_conformal_counts():
@@ -60,19 +61,22 @@ def test_without_shifted_rows_it_is_the_paper_set():
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 2**31 - 1), st.integers(2, 7))
-def test_the_set_is_the_discounted_evidence_at_the_clean_level(seed, n_classes):
+def test_the_threshold_falls_by_the_reliability_and_the_shift_only_adds_ignorance(seed, n_classes):
     sets = _fitted(seed % 7)
     rng = np.random.default_rng(seed)
     mass = rng.dirichlet(np.ones(n_classes + 1), 30)
     ev = Evidence(mass=mass[:, :-1], ignorance=mass[:, -1], conflict=np.zeros(30))
-    score = rng.uniform(-1, 5, 30)
-    discounted = discount_evidence(ev, sets.reliability(score))
-    direct = sets.predict_set(ev.plausibility, score)
-    via_discount = plausibility_set(discounted.plausibility, sets.tau)
-    # equal up to round-off at the threshold itself
-    near = np.abs(ev.plausibility - np.exp(-sets.threshold(score))[:, None]) < 1e-9
-    assert np.array_equal(direct | near, via_discount | near)
-    assert np.all(discounted.ignorance >= ev.ignorance - 1e-12)  # the shift only adds ignorance
+    score = np.sort(rng.uniform(-1, 5, 30))
+    r = sets.reliability(score)
+    np.testing.assert_allclose(np.exp(-sets.threshold(score)), np.exp(-sets.level_) * r)
+    S = sets.predict_set(ev.plausibility, score)
+    np.testing.assert_array_equal(S, plausibility_set(ev.plausibility, np.exp(-sets.level_) * r))
+    same = np.repeat(ev.plausibility[:1], 30, axis=0)  # one input at ever larger shift scores
+    grown = sets.predict_set(same, score)
+    assert np.all(grown[1:] >= grown[:-1])  # nested: a class that entered stays in
+    discounted = discount_evidence(ev, r)
+    assert np.all(discounted.ignorance >= ev.ignorance - 1e-12)
+    np.testing.assert_array_equal(discounted.pignistic.argmax(axis=1), ev.pignistic.argmax(axis=1))
 
 
 def test_true_class_nll_and_plausibility_set_hand_values():

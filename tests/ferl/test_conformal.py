@@ -129,3 +129,28 @@ def test_raps_penalty_shortens_the_long_sets():
     sizes = {lam: SplitConformal(0.1, "raps", lam=lam).fit(proba[:1000], y[:1000]).predict_set(proba[1000:])
              .sum(axis=1) for lam in (0.0, 0.5)}
     assert sizes[0.5].max() < sizes[0.0].max()  # the penalty caps the sets past k_reg
+
+
+def test_randomised_aps_and_raps_reach_the_target_where_the_deterministic_ones_over_cover():
+    rng = np.random.default_rng(7)
+    p = rng.dirichlet(np.full(40, 0.1), 4000)
+    y = np.array([rng.choice(40, p=row) for row in p])
+    for score in ("aps", "raps"):
+        det = SplitConformal(0.1, score).fit(p[:2000], y[:2000]).predict_set(p[2000:])
+        ran = SplitConformal(0.1, score, randomized=True).fit(p[:2000], y[:2000]).predict_set(p[2000:])
+        cov = {k: s[np.arange(2000), y[2000:]].mean() for k, s in (("det", det), ("ran", ran))}
+        assert abs(cov["ran"] - 0.9) < 0.03 and cov["det"] > cov["ran"]
+        assert ran.sum(axis=1).mean() < det.sum(axis=1).mean() and ran.any(axis=1).all()
+        again = SplitConformal(0.1, score, randomized=True).fit(p[:2000], y[:2000]).predict_set(p[2000:])
+        np.testing.assert_array_equal(ran, again)  # seeded
+
+
+def test_randomised_sets_with_empty_sets_allowed_cover_as_the_target_says():
+    covs = []
+    for seed in range(40):
+        rng = np.random.default_rng(seed)
+        proba, y = _synthetic(rng, 600, 6)
+        cp = SplitConformal(0.1, "raps", randomized=True, random_state=seed, allow_empty=True)
+        sets = cp.fit(proba[:300], y[:300]).predict_set(proba[300:])
+        covs.append(sets[np.arange(300), y[300:]].mean())
+    assert abs(np.mean(covs) - 0.9) < 0.015  # exact in expectation, where keeping the top class adds

@@ -42,10 +42,25 @@ def test_a_bad_concepts_file_is_named_with_what_is_wrong(tmp_path, name, data, m
         read_concepts_file(tmp_path / name, NAMES)
 
 
+class _Detector(torch.nn.Module):
+    """A stand-in detector with `cbm.detector.ConceptDetector`'s features / head split."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(4))
+        self.head = torch.nn.Linear(4, 2)
+
+    def features(self, x):
+        return self.body(x)
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
 def test_an_image_far_below_the_detectors_input_is_predicted_with_a_warning():
     head = make_head("ferl-compact").fit(np.random.default_rng(0).random((40, 2)), np.repeat(["a", "b"], 20),
                                          ["p", "q"])
-    detector = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(2))
+    detector = _Detector()
     pipe = Pipeline(run_dir=Path("run"), head_name="ferl-compact", inputs="raw", head=head, calibrator=None,
                     threshold={"kind": "typical", "accept": 0.95, "value": 1.0, "fitted_on": "val", "n": 40},
                     detector=detector, transform=build_transform(32, train=False), device=torch.device("cpu"),

@@ -145,7 +145,7 @@ def test_in_memory_images_and_unreadable_inputs(example, run, tmp_path, capsys):
     assert pred.rows[0]["ood_score"] == pred.rows[1]["ood_score"]
     assert "no such file" in pred.rows[2]["error"] and "uint8 of shape (H, W, 3)" in pred.rows[3]["error"]
     assert pred.explain(2) is None and pred.explain(0).prediction == pred.rows[0]["class"]
-    assert pred.frame().shape == (4, 16) and pipe.input_side == 32  # the run's image_size
+    assert pred.frame().shape == (4, 18) and pipe.input_side == 32  # the run's image_size
     assert [r["warning"] for r in pred.rows] == [None] * 4  # 32 x 32 images, 32 px input
     assert all(list(r) == list(COLUMNS) for r in pred.rows) and list(pred.frame().columns) == list(COLUMNS)
     with pytest.raises(SystemExit, match="none of the 1 inputs could be read"):
