@@ -226,7 +226,7 @@ def build_report(
     kind = novelty_kind(run_dir, head, inputs)
     openworld_lines, appendix = openworld_sections(run_dir, ow, head, kind, written)
     lines += openworld_lines
-    lines += shift_section(shift, written)
+    lines += shift_section(shift, written, run_dir)
     lines += interventions_section(run_dir)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "

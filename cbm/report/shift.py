@@ -25,9 +25,11 @@ def _table(frame: pd.DataFrame, metric: str, fmt) -> list[str]:
     return lines
 
 
-def shift_section(shift_dir: str | os.PathLike | None, written: dict[str, bytes]) -> list[str]:
+def shift_section(shift_dir: str | os.PathLike | None, written: dict[str, bytes],
+                  run_dir: str | os.PathLike = ".") -> list[str]:
     """The section's Markdown lines (none without a finished ``evaluate-shift`` folder); its figure is
-    added to ``written`` as ``plots/shift_coverage.png``.
+    added to ``written`` as ``plots/shift_coverage.png``; links are relative to ``run_dir`` (where
+    ``report.md`` is written).
 
     Raises
     ------
@@ -46,6 +48,7 @@ def shift_section(shift_dir: str | os.PathLike | None, written: dict[str, bytes]
     pct = lambda v: "–" if v != v else f"{100 * v:.1f}"  # noqa: E731
     size = lambda v: "–" if v != v else f"{v:.2f}"  # noqa: E731
     point = meta["product"].get("operating_point") or {}
+    page = Path(os.path.relpath(folder / "shift.md", Path(run_dir))).as_posix()
     lines = ["## Coverage under shift", "",
              f"The run's test images corrupted with {len(meta['corruptions'])} ImageNet-C corruptions "
              f"({', '.join(meta['corruptions'])}) at severities {', '.join(map(str, meta['severities']))} "
@@ -54,7 +57,7 @@ def shift_section(shift_dir: str | os.PathLike | None, written: dict[str, bytes]
              "image's shift score (its detector features' typicality and the head's novelty), as learned on "
              "the val images under ImageNet-C's four validation corruptions, never the evaluated ones; "
              f"a set wider than {point.get('max_set_size', '–')} classes abstains. Means over the "
-             "corruptions; every cell per corruption in [{folder / 'shift.md'}]({folder / 'shift.md'}).", "",
+             f"corruptions; every cell per corruption in [{page}]({page}).", "",
              "![coverage under shift](plots/shift_coverage.png)", "",
              "Coverage (%), an abstention counting as covered:", "", *_table(frame, "coverage", pct), "",
              "Answered right (%), a set that holds the class and is not an abstention:", "",

@@ -106,9 +106,12 @@ def shift_figure(frame: pd.DataFrame, meta: dict) -> Figure:
                                  ("coverage", "set size (answered)", "shift detection AUROC"), strict=True):
         table = shift_summary(frame, metric)
         for j, (method, row) in enumerate(table.iterrows()):
+            product = method == "product"  # black and thick: the default cycle has ten colours
             ax.plot(np.asarray(row.index, dtype=int), row.to_numpy(), styles[j % 4], marker="o",
-                    lw=2.4 if method == "product" else 1.3, label=_label(str(method)))
+                    lw=2.6 if product else 1.3, color="black" if product else f"C{j % 10}",
+                    label=_label(str(method)), zorder=3 if product else 2)
         ax.set_xlabel("severity (0 = clean)")
+        ax.set_xticks(sorted({int(s) for s in frame.severity}))
         ax.set_title(title)
     target = (meta.get("product", {}).get("operating_point") or {}).get("coverage")
     if target is not None:
