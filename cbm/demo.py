@@ -7,7 +7,8 @@ and called in this process, exactly as the shell would run them)::
     fit-head --config configs/head/default.yaml --run runs/demo
     evaluate-openworld --config configs/demo/openworld.yaml --out runs/demo/openworld
     evaluate-interventions --config configs/interventions/default.yaml --run runs/demo
-    python -m cbm.report runs/demo --openworld runs/demo/openworld
+    evaluate-shift --config configs/shift/synthetic.yaml --run runs/demo --out runs/demo/shift
+    python -m cbm.report runs/demo --openworld runs/demo/openworld --shift runs/demo/shift
 
 Safe re-runs. ``runs/demo/demo_state.json`` records a fingerprint of the configuration (profile
 arguments and config files) and the steps finished. On start:
@@ -48,9 +49,9 @@ __all__ = ["DEMO", "PROFILES", "STEPS", "TINY", "DemoProfile", "fingerprint", "h
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STATE_FILE = "demo_state.json"
 #: The demo's steps, in order.
-STEPS = ("detector", "heads", "openworld", "interventions", "report")
+STEPS = ("detector", "heads", "openworld", "interventions", "shift", "report")
 _SCRIPTS = {"detector": "train-detector", "heads": "fit-head", "openworld": "evaluate-openworld",
-            "interventions": "evaluate-interventions"}
+            "interventions": "evaluate-interventions", "shift": "evaluate-shift"}
 #: How each step is typed in a shell (the report step runs in this process through `build_report`).
 _SHELL = {**{step: [script] for step, script in _SCRIPTS.items()}, "report": ["python", "-m", "cbm.report"]}
 
@@ -62,9 +63,10 @@ class DemoProfile:
     Attributes
     ----------
     name : str
-    detector, heads, openworld, interventions : tuple of str
-        Arguments of ``train-detector``, ``fit-head``, ``evaluate-openworld`` and
-        ``evaluate-interventions``; config files are given relative to the repository root.
+    detector, heads, openworld, interventions, shift : tuple of str
+        Arguments of ``train-detector``, ``fit-head``, ``evaluate-openworld``,
+        ``evaluate-interventions`` and ``evaluate-shift``; config files are given relative to the
+        repository root.
     head : str
         FERL head shown in the report (examples, rules, tree).
     """
@@ -74,11 +76,12 @@ class DemoProfile:
     heads: tuple[str, ...]
     openworld: tuple[str, ...]
     interventions: tuple[str, ...] = ("--config", "configs/interventions/default.yaml")
+    shift: tuple[str, ...] = ("--config", "configs/shift/synthetic.yaml")
     head: str = "ferl-deep"
     configs: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        args = (*self.detector, *self.heads, *self.openworld, *self.interventions)
+        args = (*self.detector, *self.heads, *self.openworld, *self.interventions, *self.shift)
         object.__setattr__(self, "configs", tuple(
             args[i + 1] for i, a in enumerate(args[:-1]) if a == "--config"))
 
@@ -110,6 +113,8 @@ TINY = DemoProfile(
         "monitor": "loss", "pos_weight": "none", "logger": "csv", "trainer": _TINY_TRAINER})),
     interventions=("--config", "configs/interventions/default.yaml", "--heads", "ferl-deep", "lr",
                    "--max-rows", "40"),
+    shift=("--config", "configs/shift/synthetic.yaml", "--corruptions", '["gaussian_noise", "fog"]',
+           "--severities", "[1, 5]", "--max-rows", "16", "--presets", "[]"),
 )
 PROFILES = {p.name: p for p in (DEMO, TINY)}
 
@@ -123,7 +128,7 @@ def fingerprint(profile: DemoProfile) -> str:
         A config file is missing.
     """
     doc = {"profile": [profile.detector, profile.heads, profile.openworld, profile.interventions,
-                       profile.head], "configs": {}}
+                       profile.shift, profile.head], "configs": {}}
     for rel in profile.configs:
         path = REPO_ROOT / rel
         if not path.is_file():
@@ -215,7 +220,9 @@ def step_commands(out: Path, profile: DemoProfile, resume_detector: bool = False
         "heads": [*paths(profile.heads), "--run", str(out)],
         "openworld": [*paths(profile.openworld), "--out", str(out / "openworld")],
         "interventions": [*paths(profile.interventions), "--run", str(out)],
-        "report": [str(out), "--head", profile.head, "--openworld", str(out / "openworld")],
+        "shift": [*paths(profile.shift), "--run", str(out), "--out", str(out / "shift")],
+        "report": [str(out), "--head", profile.head, "--openworld", str(out / "openworld"),
+                   "--shift", str(out / "shift")],
     }
     if resume_detector:
         cmds["detector"] += ["--ckpt-path", "last"]
@@ -272,7 +279,7 @@ def run_demo(out: str | os.PathLike = "runs/demo", profile: DemoProfile = DEMO, 
         start = time.perf_counter()
         try:
             if step == "report":
-                build_report(out, head=profile.head, openworld=out / "openworld",
+                build_report(out, head=profile.head, openworld=out / "openworld", shift=out / "shift",
                              title=f"ferl-cbm demo ({profile.name} profile)",
                              commands=[_shell(s, shown[s]) for s in STEPS],
                              timings={s: state["seconds"][s] for s in STEPS[:-1]})

@@ -7,7 +7,8 @@ from numbers import Integral
 
 import numpy as np
 
-__all__ = ["check_sample_weight", "rescale_weights", "resolve_feature_names", "seed_from", "one_sample"]
+__all__ = ["check_sample_weight", "rescale_weights", "resolve_feature_names", "str_columns", "seed_from",
+           "one_sample"]
 
 
 def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
@@ -95,6 +96,34 @@ def resolve_feature_names(est, feature_names, n_features: int) -> list[str]:
     if len(set(names)) != len(names):
         raise ValueError("feature_names contains duplicates")
     return names
+
+
+def str_columns(X):
+    """``X`` with its column labels as plain ``str`` when each is a ``str`` of a subclass (``numpy.str_``).
+
+    scikit-learn keeps feature names only when every column label is exactly ``str``; labels read
+    from an array (``list(np.load(f)["concept_names"])``) are ``numpy.str_``, and such a frame would
+    be taken as unnamed: its columns read by position, a reordered frame accepted without a word
+    and the rules named x0, x1... Turning them into ``str`` lets `fit` keep the names and the
+    readers check the columns by name.
+
+    Parameters
+    ----------
+    X : array-like or pandas.DataFrame
+
+    Returns
+    -------
+    array-like or pandas.DataFrame
+        ``X`` itself unless it is a frame whose labels are all ``str`` instances and not all plain
+        ``str``; then a frame with the same values and plain ``str`` labels (the caller's is unchanged).
+    """
+    columns = getattr(X, "columns", None)
+    if columns is None or not hasattr(X, "set_axis"):
+        return X
+    labels = list(columns)
+    if all(type(c) is str for c in labels) or not all(isinstance(c, str) for c in labels):
+        return X
+    return X.set_axis([str(c) for c in labels], axis=1)
 
 
 def seed_from(random_state) -> int | None:

@@ -1,11 +1,12 @@
-"""`RulesMixin`: `FERLClassifier`'s rule interface (``rules_``, ``export_text``, ``print(clf)``) over
-`ferl.rules`, for an estimator fitted with ``tree_``, ``feature_names_``, ``classes_`` and
-``rule_alone_``."""
+"""`RulesMixin`: `FERLClassifier`'s rule interface (``rules_``, ``export_text``, ``print(clf)``,
+``features_used_``) over `ferl.rules`, for an estimator fitted with ``tree_``, ``feature_names_``,
+``classes_``, ``rule_alone_`` and ``evidence_weights_``."""
 
 from __future__ import annotations
 
 from numbers import Integral
 
+import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from ferl.rules import Rule, extract_rules, format_rules, format_summary
@@ -22,6 +23,24 @@ class RulesMixin:
         """Every rule (leaf) as a `ferl.rules.Rule`: merged named conditions (thresholds with at
         least 2 decimals), consequent, support, confidence, alone share, id."""
         return self._rules(2)
+
+    @property
+    def features_used_(self) -> np.ndarray:
+        """Sorted indices of the features the class read-out depends on, int64.
+
+        The features of the tree's conditions and, with learned weights of evidence, each feature
+        whose single-condition rule has a non-zero weight (`ferl.evidence.weights`): such a model
+        reads every non-constant feature even when its tree has no split. The OOD scores read every
+        feature.
+        """
+        check_is_fitted(self, "tree_")
+        feature = self.tree_.feature
+        used = np.unique(feature[feature >= 0]).astype(np.int64)
+        weights = getattr(self, "evidence_weights_", None)
+        if weights is None:
+            return used
+        weighted = np.flatnonzero(np.any(weights.coef[:, :self.n_features_in_] != 0, axis=0))
+        return np.union1d(used, weighted).astype(np.int64)
 
     def _rules(self, digits: int) -> list[Rule]:
         check_is_fitted(self, "tree_")

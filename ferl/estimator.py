@@ -15,6 +15,7 @@ from ferl._inputs import (
     rescale_weights,
     resolve_feature_names,
     seed_from,
+    str_columns,
 )
 from ferl._params import check_params
 from ferl._rules_mixin import RulesMixin
@@ -151,7 +152,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
-        Only when X has string column names (scikit-learn convention).
+        Only when X has string column names (scikit-learn convention; ``numpy.str_`` labels count
+        as strings and are stored as ``str``, so a frame's columns are checked by name).
     feature_names_ : list of str
         Names used in rules: ``feature_names_in_``, the ``feature_names`` given to `fit`, or x0, x1...
     n_rules_ : int
@@ -237,7 +239,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             rescale X).
         """
         check_params(self, PARAMETER_CONSTRAINTS)
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=True)
+        X, y = validate_data(self, str_columns(X), y, dtype=np.float64, ensure_all_finite=True)
         check_classification_targets(y)
         sw = check_sample_weight(sample_weight, X.shape[0])
         self.classes_, y_enc = np.unique(y, return_inverse=True)
@@ -313,7 +315,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             with np.errstate(over="ignore", invalid="ignore"):  # large finite inputs: inf, or inf - inf
                 if np.isfinite(X.sum()) or np.isfinite(X).all():
                     return X  # what validate_data returns for such an X, without its fixed cost
-        return validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=True)
+        return validate_data(self, str_columns(X), reset=False, dtype=np.float64, ensure_all_finite=True)
 
     def _gate_margin(self) -> np.ndarray:
         tree = self.tree_

@@ -311,13 +311,16 @@ class ConceptCalibrator:
 
 
 def crossfit_calibrate(probs: np.ndarray, concept_labels: np.ndarray, concept_names: Sequence[str],
-                       folds: int = 2, seed: int = 0) -> np.ndarray:
+                       folds: int = 2, seed: int = 0,
+                       extra: tuple[np.ndarray, np.ndarray] | None = None):
     """The calibration split's own rows, each calibrated by maps fitted on the other folds.
 
     The maps fitted on val fit val's rows in-sample: their calibrated concepts are cleaner than
     test's, so a threshold calibrated on them (a conformal set's) under-covers on test. Rows are
     split into ``folds`` random folds (seeded); each fold is transformed by a `ConceptCalibrator`
-    fitted on the others, so every row is calibrated out of sample, like a test row.
+    fitted on the others, so every row is calibrated out of sample, like a test row. ``extra`` rows
+    of the same images (the val images under calibration corruptions) go through the maps of
+    their image's fold, out of sample too.
 
     Parameters
     ----------
@@ -326,15 +329,19 @@ def crossfit_calibrate(probs: np.ndarray, concept_labels: np.ndarray, concept_na
     concept_names : sequence of str of length k
     folds : int >= 2
     seed : int
+    extra : (ndarray of shape (m, k), ndarray of shape (m,) int) or None
+        Other raw probabilities and the row (in ``probs``) of each one's image.
 
     Returns
     -------
     ndarray of shape (n, k), float64 in [0, 1]
+        With ``extra``: a pair, this and the ``extra`` rows calibrated, (m, k).
 
     Raises
     ------
     ValueError
-        Fewer rows than folds, ``folds < 2``, or what `ConceptCalibrator.fit` refuses.
+        Fewer rows than folds, ``folds < 2``, ``extra`` rows of images outside ``probs``, or what
+        `ConceptCalibrator.fit` refuses.
     """
     n = len(probs)
     if folds < 2 or n < folds:
@@ -342,10 +349,17 @@ def crossfit_calibrate(probs: np.ndarray, concept_labels: np.ndarray, concept_na
                          f"folds for {n} rows")
     fold = np.random.default_rng(seed).permutation(n) % folds
     out = np.empty(np.shape(probs), dtype=np.float64)
+    if extra is not None:
+        extra_probs, rows = np.asarray(extra[0]), np.asarray(extra[1])
+        if rows.shape != (len(extra_probs),) or (rows.size and (rows.min() < 0 or rows.max() >= n)):
+            raise ValueError(f"crossfit_calibrate: the extra rows must each name one of the {n} rows")
+        extra_out = np.empty(np.shape(extra_probs), dtype=np.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConstantCalibrationWarning)  # a fold's half of a rare concept
         for k in range(folds):
             part = fold == k
             cal = ConceptCalibrator().fit(probs[~part], concept_labels[~part], concept_names)
             out[part] = cal.transform(probs[part], concept_names)
-    return out
+            if extra is not None and (mine := fold[rows] == k).any():
+                extra_out[mine] = cal.transform(extra_probs[mine], concept_names)
+    return out if extra is None else (out, extra_out)

@@ -14,12 +14,17 @@ sample_ids     str (n,), unique        sample identifiers of the data module
 split          str ()                  split name (``train`` / ``val`` / ``test`` ...)
 schema_version int64 ()                :data:`SCHEMA_VERSION`
 concept_groups str (k,), optional      group of each concept (e.g. ``has_bill_shape``)
+feature_score  float64 (n,), optional  the detector's feature typicality of the row's image
+                                       (`cbm.detector.typicality`; >= 0, higher = less typical)
+source_ids     str (n,), optional      shift tables: the sample id of the row's clean image
+corruption     str (n,), optional      shift tables: the row's corruption
+severity       int64 (n,), optional    shift tables: its severity (1-5)
 ============== ======================= ==========================================
 
-Arrays are plain numpy (no pickles): ``np.load(path)`` opens them. ``concept_groups`` is optional
-(tables written before it load unchanged): without it, :func:`concept_groups_from_names` derives
-each concept's group from its name (``group::value``, the CUB and synthetic-world form), and a
-name without ``::`` is a group of its own (AwA2's predicates).
+Arrays are plain numpy (no pickles): ``np.load(path)`` opens them. The optional ones may be absent
+(older tables, concept vectors made elsewhere); without ``concept_groups``,
+:func:`concept_groups_from_names` derives each concept's group from its name (``group::value``, the
+CUB and synthetic-world form; a name without ``::`` is a group of its own, AwA2's predicates).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from ferl.io.persist import atomic_write_bytes
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SHIFT_KEYS",
+    "SHIFT_SPLIT",
     "ConceptTable",
     "check_concept_names",
     "concept_groups_from_names",
@@ -50,6 +57,10 @@ SCHEMA_VERSION = 1
 
 _KEYS = ("probs", "concept_labels", "y", "concept_names", "class_names", "sample_ids", "split",
          "schema_version")
+#: The columns of a shift table (val images under calibration corruptions), all or none.
+SHIFT_KEYS = ("source_ids", "corruption", "severity")
+#: The split name of the shift-calibration table, ``concepts/val_shift.npz``.
+SHIFT_SPLIT = "val_shift"
 
 
 def _first_bad(mask: np.ndarray) -> tuple[int, int]:
@@ -80,6 +91,11 @@ class ConceptTable:
     concept_groups : sequence of str or mapping of str to sequence of int, optional
         Group name of each of the k concepts, or a data set's ``{group: [concept indices]}``; None
         derives them from the names (:func:`concept_groups_from_names`).
+    feature_score : array-like of shape (n,), optional
+        The detector's feature typicality of each row (finite, >= 0); stored as float64.
+    shift : mapping of str to array-like of shape (n,), optional
+        A shift table's `SHIFT_KEYS` columns (``source_ids`` and ``corruption`` as str,
+        ``severity`` as int64 in 1-5).
 
     Raises
     ------
@@ -97,6 +113,8 @@ class ConceptTable:
     sample_ids: np.ndarray
     split: str = "unknown"
     concept_groups: Sequence[str] | Mapping[str, Sequence[int]] | None = None
+    feature_score: np.ndarray | None = None
+    shift: Mapping[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         where = f"concept table {self.split!r}"
@@ -155,6 +173,8 @@ class ConceptTable:
             raise ValueError(f"{where}: concept_groups must name a non-empty group for each of the {k} "
                              f"concepts, got {len(groups)} names")
         set_(self, "concept_groups", groups)
+        set_(self, "feature_score", self._checked_feature_score(n, where))
+        set_(self, "shift", self._checked_shift(n, where))
         set_(self, "probs", np.ascontiguousarray(probs))
         set_(self, "concept_labels", np.ascontiguousarray(labels, dtype=np.uint8))
         set_(self, "y", y.astype(np.int64))
@@ -162,6 +182,32 @@ class ConceptTable:
         set_(self, "class_names", class_names)
         set_(self, "sample_ids", sample_ids)
         set_(self, "split", str(self.split))
+
+    def _checked_feature_score(self, n: int, where: str) -> np.ndarray | None:
+        if self.feature_score is None:
+            return None
+        score = np.asarray(self.feature_score)
+        if score.shape != (n,) or not np.issubdtype(score.dtype, np.number):
+            raise ValueError(f"{where}: feature_score must be {n} numbers, got shape {score.shape}")
+        score = score.astype(np.float64)
+        if not (np.all(np.isfinite(score)) and np.all(score >= 0)):
+            raise ValueError(f"{where}: feature_score holds NaN, inf or negative values")
+        return score
+
+    def _checked_shift(self, n: int, where: str) -> dict[str, np.ndarray] | None:
+        if self.shift is None:
+            return None
+        if sorted(self.shift) != sorted(SHIFT_KEYS):
+            raise ValueError(f"{where}: a shift table needs exactly the columns {list(SHIFT_KEYS)}, got "
+                             f"{sorted(self.shift)}")
+        out = {k: np.asarray(self.shift[k]).astype(str) for k in ("source_ids", "corruption")}
+        out["severity"] = np.asarray(self.shift["severity"])
+        severity = out["severity"]
+        if (any(v.shape != (n,) for v in out.values()) or not np.issubdtype(severity.dtype, np.integer)
+                or not np.isin(severity, range(1, 6)).all()):
+            raise ValueError(f"{where}: the shift columns must hold {n} entries each, severities in 1-5")
+        out["severity"] = out["severity"].astype(np.int64)
+        return out
 
     @property
     def n_samples(self) -> int:
@@ -187,6 +233,8 @@ class ConceptTable:
             split=np.asarray(self.split, dtype=str),
             schema_version=np.asarray(SCHEMA_VERSION, dtype=np.int64),
             concept_groups=np.asarray(self.concept_groups, dtype=str),
+            **({} if self.feature_score is None else {"feature_score": self.feature_score}),
+            **(self.shift or {}),
         )
         return atomic_write_bytes(path, buf.getvalue())
 
@@ -205,9 +253,8 @@ def save_concept_table(
 ) -> ConceptTable:
     """Validate the arrays as a :class:`ConceptTable` and write it atomically to ``path``.
 
-    ``split`` defaults to the file name's stem (``concepts/val.npz`` -> ``"val"``);
-    ``concept_groups`` (one group name per concept, or a data set's ``{group: [concept indices]}``)
-    to :func:`concept_groups_from_names`.
+    ``split`` defaults to the file name's stem (``concepts/val.npz`` -> ``"val"``), ``concept_groups``
+    (see :class:`ConceptTable`) to :func:`concept_groups_from_names`.
 
     Returns
     -------
@@ -219,12 +266,9 @@ def save_concept_table(
     ValueError
         Invalid content (see :class:`ConceptTable`); nothing is written then.
     """
-    table = ConceptTable(
-        probs=probs, concept_labels=concept_labels, y=y, concept_names=list(concept_names),
-        class_names=list(class_names), sample_ids=np.asarray(sample_ids),
-        split=split if split is not None else Path(path).stem,
-        concept_groups=concept_groups,
-    )
+    table = ConceptTable(probs=probs, concept_labels=concept_labels, y=y, concept_names=list(concept_names),
+                         class_names=list(class_names), sample_ids=np.asarray(sample_ids),
+                         split=split if split is not None else Path(path).stem, concept_groups=concept_groups)
     table.save(path)
     return table
 
@@ -266,6 +310,8 @@ def load_concept_table(path: str | os.PathLike) -> ConceptTable:
             concept_names=data["concept_names"].tolist(), class_names=data["class_names"].tolist(),
             sample_ids=data["sample_ids"], split=str(data["split"]),
             concept_groups=data["concept_groups"].tolist() if "concept_groups" in data else None,
+            feature_score=data.get("feature_score"),
+            shift={k: data[k] for k in SHIFT_KEYS if k in data} or None,
         )
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from err

@@ -18,7 +18,8 @@ from .folds import ClassFold, class_disjoint_folds, load_folds, open_world_split
 from .registry import get_spec, load_dataset
 from .tables import ConceptDataset, SampleTable
 
-__all__ = ["ConceptDataModule", "build_transform", "IMAGENET_MEAN", "IMAGENET_STD"]
+__all__ = ["ConceptDataModule", "build_transform", "eval_crop", "normalisation", "IMAGENET_MEAN",
+           "IMAGENET_STD"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -40,22 +41,33 @@ def build_transform(
     """Image transform (torchvision v2) from a PIL image or HxWx3 uint8 array to a float tensor.
 
     Training: ``RandomResizedCrop`` + horizontal flip + normalisation. Evaluation: resize the
-    short side to ``image_size / eval_crop_fraction``, centre crop, normalisation.
+    short side to ``image_size / eval_crop_fraction``, centre crop, normalisation: `eval_crop`
+    followed by `normalisation` (what a corrupted image goes through, the corruption between the
+    two, as in ImageNet-C).
     """
-    steps: list[Any] = [v2.ToImage()]
     if train:
-        steps.append(v2.RandomResizedCrop(image_size, scale=crop_scale, ratio=crop_ratio, antialias=True))
+        steps: list[Any] = [v2.ToImage(), v2.RandomResizedCrop(image_size, scale=crop_scale, ratio=crop_ratio,
+                                                              antialias=True)]
         if hflip:
             steps.append(v2.RandomHorizontalFlip())
-    else:
-        if not 0 < eval_crop_fraction <= 1:
-            raise ValueError("eval_crop_fraction must be in (0, 1]")
-        steps += [
-            v2.Resize(round(image_size / eval_crop_fraction), antialias=True),
-            v2.CenterCrop(image_size),
-        ]
-    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))]
-    return v2.Compose(steps)
+        return v2.Compose(steps + normalisation(mean, std).transforms)
+    crop = eval_crop(image_size, eval_crop_fraction)
+    return v2.Compose(crop.transforms + normalisation(mean, std).transforms)
+
+
+def eval_crop(image_size: int, eval_crop_fraction: float = 0.875) -> v2.Compose:
+    """The evaluation geometry: a PIL image or HxWx3 uint8 array to a uint8 image tensor (3, S, S),
+    ``S = image_size`` (short side resized to ``image_size / eval_crop_fraction``, centre crop)."""
+    if not 0 < eval_crop_fraction <= 1:
+        raise ValueError("eval_crop_fraction must be in (0, 1]")
+    return v2.Compose([v2.ToImage(), v2.Resize(round(image_size / eval_crop_fraction), antialias=True),
+                       v2.CenterCrop(image_size)])
+
+
+def normalisation(mean: Sequence[float] = IMAGENET_MEAN, std: Sequence[float] = IMAGENET_STD) -> v2.Compose:
+    """A uint8 image tensor (3, H, W) to the float32 tensor the detector reads (scaled to [0, 1],
+    normalised with ``mean`` and ``std``)."""
+    return v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(list(mean), list(std))])
 
 
 def _to_tensor(x: np.ndarray) -> torch.Tensor:

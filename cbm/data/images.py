@@ -1,4 +1,5 @@
-"""Image files decoded the same way everywhere: 8-bit RGB, 16-bit and float images scaled, large
+"""Image files decoded the same way everywhere, as a viewer shows them: turned upright by their
+EXIF orientation, transparent pixels on white, 8-bit RGB, 16-bit and float images scaled, large
 images reduced while decoding.
 
 ``Image.convert("RGB")`` clips instead of scaling: a 16-bit greyscale PNG (mode ``I;16``, values up
@@ -9,6 +10,13 @@ to 8 bits (16-bit: ``v / 257``, so 65535 is 255) and refuses what it cannot read
 formats: an integer box reduction right after decoding) to the smallest size whose shorter side is
 still at least ``min_side``: a 10,000 x 10,000 photo needs no more than what the detector's resize
 and the page's figure use.
+
+A photo's pixels are stored as the camera held it; its EXIF orientation tag says how to turn them
+upright, and every viewer does: :func:`to_rgb` turns them too (``ImageOps.exif_transpose``), so the
+detector sees the photo the user sees. Transparent pixels (an alpha channel, or a palette or colour
+key marking a colour transparent) are composited onto white, as a viewer on a white page shows
+them: an image transparent everywhere reads as a white image, never as the hidden colours under
+its alpha.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import math
 import os
 
 import numpy as np
-from PIL import Image
+from PIL import ExifTags, Image, ImageOps
 
 from .common import UnreadableImageError
 
@@ -25,6 +33,10 @@ __all__ = ["open_rgb", "to_rgb"]
 
 #: Integer modes holding 16-bit samples (PNG, TIFF).
 _MODES_16 = ("I;16", "I;16L", "I;16B", "I;16N")
+#: Modes with an alpha channel (premultiplied ones included).
+_ALPHA_MODES = ("RGBA", "LA", "PA", "RGBa", "La")
+#: Modes that ``Image.reduce`` cannot average (palette indices, bilevel): converted before reducing.
+_UNREDUCIBLE = ("P", "PA", "1")
 
 
 def _reduce(img: Image.Image, min_side: int | None) -> Image.Image:
@@ -35,15 +47,32 @@ def _reduce(img: Image.Image, min_side: int | None) -> Image.Image:
     return img.reduce(factor) if factor >= 2 else img
 
 
+def _upright(img: Image.Image) -> Image.Image:
+    """``img`` turned as its EXIF orientation tag says (itself when the tag is absent or 1)."""
+    if img.getexif().get(ExifTags.Base.Orientation, 1) in range(2, 9):
+        return ImageOps.exif_transpose(img)
+    return img
+
+
+def _on_white(img: Image.Image) -> Image.Image:
+    """``img`` as RGB, its transparent pixels composited onto a white background."""
+    if img.mode not in _ALPHA_MODES:
+        return img.convert("RGB")
+    rgba = img.convert("RGBA")
+    return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
+
+
 def to_rgb(img: Image.Image, min_side: int | None = None, name: str = "image") -> Image.Image:
     """A PIL image as 8-bit RGB, reduced by an integer factor to a shorter side >= ``min_side``.
 
     Parameters
     ----------
     img : PIL.Image.Image
-        Any mode. 16-bit integer images (``I;16*``, or ``I`` with values above 255) are scaled by
-        1/257; ``I`` images with values in [0, 255] are taken as 8-bit; float images (``F``) must
-        hold values in [0, 1] (scaled by 255). Other modes go through ``convert("RGB")``.
+        Any mode, turned upright first when its EXIF orientation tag says so. 16-bit integer images
+        (``I;16*``, or ``I`` with values above 255) are scaled by 1/257; ``I`` images with values in
+        [0, 255] are taken as 8-bit; float images (``F``) must hold values in [0, 1] (scaled by 255).
+        Images with transparency (an alpha channel, or a transparent palette entry or colour) are
+        composited onto white; other modes go through ``convert("RGB")``.
     min_side : int, optional
         Keep the shorter side at least this long (no reduction when None or when the image is less
         than twice as large).
@@ -61,8 +90,10 @@ def to_rgb(img: Image.Image, min_side: int | None = None, name: str = "image") -
         An integer image with negative values or values above 65535, or a float image with values
         outside [0, 1] or not finite (the range found is named).
     """
+    img = _upright(img)
     if img.mode in _MODES_16 or img.mode in ("I", "F"):
-        img = _reduce(img, min_side)
+        sixteen = img.mode in _MODES_16
+        img = _reduce(img.convert("I") if sixteen else img, min_side)  # reduce reads no I;16
         a = np.asarray(img, dtype=np.float64)
         lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
         if img.mode == "F":
@@ -75,11 +106,14 @@ def to_rgb(img: Image.Image, min_side: int | None = None, name: str = "image") -
             raise UnreadableImageError(f"cannot read image {name}: a {img.mode} image with values in "
                                        f"[{lo:.0f}, {hi:.0f}]; only 8-bit (0-255) and 16-bit (0-65535) "
                                        "images are read")
-        elif img.mode in _MODES_16 or hi > 255:
+        elif sixteen or hi > 255:
             a = a / 257.0
         grey = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), mode="L")
         return grey.convert("RGB")
-    return _reduce(img, min_side).convert("RGB")
+    if img.mode in _UNREDUCIBLE or "transparency" in img.info:  # a palette or colour key: to colours
+        clear = img.mode in _ALPHA_MODES or "transparency" in img.info
+        img = img.convert("RGBA" if clear else "RGB")
+    return _on_white(_reduce(img, min_side))
 
 
 def open_rgb(path: str | os.PathLike, min_side: int | None = None) -> Image.Image:

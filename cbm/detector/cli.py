@@ -15,6 +15,7 @@ from jsonargparse import ActionConfigFile, ArgumentParser
 from lightning.pytorch import Trainer
 
 from cbm.data import ConceptDataModule
+from cbm.data.corruptions import VALIDATION
 from cbm.detector.module import ConceptDetector
 from cbm.detector.train import quiet_library_noise, train_detector
 from cbm.jobs import console_main, phase
@@ -61,6 +62,11 @@ def detector_parser() -> ArgumentParser:
     parser.add_argument("--feature_cache", type=str | None, default=None,
                         help="folder of cached backbone features (model.freeze_backbone; default "
                              "<run-dir>/detector/features)")
+    parser.add_argument("--shift_corruptions", type=list[str], default=list(VALIDATION),
+                        help="calibration corruptions of the val images (concepts/val_shift.npz), for the "
+                             "heads' shift-adaptive sets; ImageNet-C's validation corruptions by default")
+    parser.add_argument("--shift_draws", type=int, default=2,
+                        help="severities (of 1-5, drawn at random) per val image and corruption; 0: none")
     add_threads_argument(parser)
     parser.add_class_arguments(ConceptDataModule, "data", skip={"table"})
     parser.add_class_arguments(ConceptDetector, "model", skip=_DATA_DERIVED)
@@ -98,6 +104,8 @@ def train_detector_main(argv: Sequence[str] | None = None) -> None:
                 crossfit_folds=cfg.crossfit_folds,
                 feature_cache=cfg.feature_cache,
                 config_text=parser.dump(cfg),
+                shift_corruptions=cfg.shift_corruptions,
+                shift_draws=cfg.shift_draws,
             )
 
     run = console_main("train-detector", job)

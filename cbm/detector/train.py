@@ -39,12 +39,14 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, RandomSampler
 
 from cbm.data.concept_tables import check_concept_names
+from cbm.data.corruptions import VALIDATION
 from cbm.detector.checkpoint import checkpoint_concept_names
 from cbm.detector.crossfit import CROSSFIT_SPLIT, crossfit_probs
 from cbm.detector.environment import environment_info
 from cbm.detector.export import export_concept_tables, export_loaders
 from cbm.detector.frozen import frozen_datamodule
 from cbm.detector.module import ConceptDetector, imbalance_pos_weight
+from cbm.detector.shifted import shift_draws, shift_table
 from cbm.jobs import phase
 from ferl.io.persist import atomic_write_text, folder_lock
 
@@ -192,6 +194,8 @@ def train_detector(
     feature_cache: str | os.PathLike | None = None,
     config_text: str | None = None,
     callbacks: Iterable[Callback] = (),
+    shift_corruptions: Sequence[str] = tuple(VALIDATION),
+    shift_draws: int = 2,
 ) -> DetectorRun:
     """Train a concept detector on ``datamodule`` and export its concept tables.
 
@@ -234,6 +238,10 @@ def train_detector(
         Configuration to save as ``config.yaml``.
     callbacks : iterable of Callback
         Extra Lightning callbacks.
+    shift_corruptions, shift_draws : sequence of str, int
+        The shift-calibration table (``concepts/val_shift.npz``, `cbm.detector.shifted`): each val
+        image under each of these calibration corruptions at ``shift_draws`` severities; 0 draws,
+        or a detector that does not read images, writes none.
 
     Returns
     -------
@@ -260,17 +268,20 @@ def train_detector(
             datamodule, run_dir=run_dir, model=model, trainer=trainer, seed=seed, logger=logger,
             monitor=monitor, pos_weight=pos_weight, ckpt_path=ckpt_path, export_splits=export_splits,
             crossfit_folds=crossfit_folds, feature_cache=feature_cache, config_text=config_text,
-            callbacks=callbacks)
+            callbacks=callbacks, shift=(list(shift_corruptions), shift_draws))
 
 
 def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monitor, pos_weight, ckpt_path,
-                    export_splits, crossfit_folds, feature_cache, config_text, callbacks) -> DetectorRun:
+                    export_splits, crossfit_folds, feature_cache, config_text, callbacks,
+                    shift) -> DetectorRun:
     if monitor not in MONITORS:
         raise ValueError(f"monitor must be one of {sorted(MONITORS)}, got {monitor!r}")
     if pos_weight not in ("none", "imbalance"):
         raise ValueError(f"pos_weight must be 'none' or 'imbalance', got {pos_weight!r}")
     if crossfit_folds != 0 and crossfit_folds < 2:
         raise ValueError(f"crossfit_folds must be 0 (off) or >= 2, got {crossfit_folds}")
+    if shift[1]:
+        shift_draws(["check"], shift[0], shift[1], seed)  # bad corruptions or draws fail before training
     run_dir = Path(run_dir)
     det_dir = run_dir / "detector"
     ckpt_dir = det_dir / "checkpoints"
@@ -307,6 +318,7 @@ def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monito
     trainer_kwargs["precision"] = _resolve_precision(trainer_kwargs)
     if trainer_kwargs.get("enable_progress_bar") is None:
         trainer_kwargs["enable_progress_bar"] = sys.stdout.isatty()  # where Lightning draws it
+    images = datamodule  # the corrupted val images of the shift-calibration table go through the backbone
     if detector.frozen:  # the backbone runs once per image: cached features stand in for images
         datamodule = frozen_datamodule(detector, datamodule, feature_cache or det_dir / "features",
                                        accelerator=trainer_kwargs["accelerator"],
@@ -357,10 +369,25 @@ def _train_detector(datamodule, *, run_dir, model, trainer, seed, logger, monito
                                    trainer=trainer_kwargs, monitor=(metric, mode), workdir=det_dir,
                                    callbacks=[ReseedEachEpoch(seed)])
         predicted[CROSSFIT_SPLIT] = (probs, datamodule.eval_dataloader("train").dataset)
+    exported = ConceptDetector.from_checkpoint(best) if best is not None else detector
     with phase("exporting the concept tables", unchanged):
         run.tables, run.metrics = export_concept_tables(
-            run_dir, ConceptDetector.from_checkpoint(best) if best is not None else detector, loaders,
-            datamodule.class_names, accelerator=trainer_kwargs["accelerator"],
+            run_dir, exported, loaders, datamodule.class_names, accelerator=trainer_kwargs["accelerator"],
             precision=trainer_kwargs["precision"], summary=summary,
-            concept_groups=getattr(datamodule, "concept_groups", None), predicted=predicted)
+            concept_groups=getattr(datamodule, "concept_groups", None), predicted=predicted,
+            shift=_shift_export(exported, images, shift, seed, trainer_kwargs,
+                                feature_cache or det_dir / "features"))
     return run
+
+
+def _shift_export(detector, images, shift, seed, trainer_kwargs, cache_dir):
+    """The export's shift-calibration table maker (`cbm.detector.shifted.shift_table`), or None: no
+    draws asked for, a detector or data set without images, or no val split."""
+    corruptions, draws = shift
+    table = getattr(images, "table", None)
+    if (not draws or detector.hparams.input_kind != "image" or getattr(table, "kind", None) != "image"
+            or not len(getattr(images, "parts", {}).get("val", ()))):
+        return None
+    return lambda typicality: shift_table(detector, images, typicality, corruptions, draws, seed,
+                                          accelerator=trainer_kwargs["accelerator"],
+                                          precision=trainer_kwargs["precision"], cache_dir=cache_dir)

@@ -1,6 +1,6 @@
-"""Test metrics of a fitted head: accuracy, ECE, AURC, the credal sets (FERL heads: the
-coverage-targeted set and the paper's interval-dominance set) and every head's split-conformal
-baseline sets at the same coverage (:mod:`ferl.metrics`)."""
+"""Test metrics of a fitted head: accuracy, ECE, AURC, the credal sets (FERL heads: the product's
+operating point, `cbm.heads.operating`, and the paper's interval-dominance set) and every head's
+split-conformal baseline sets at the same coverage (:mod:`ferl.metrics`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import numpy as np
 
 from cbm.heads.base import ConceptHead
 from cbm.heads.models import FERLHead
+from cbm.heads.operating import decide
 from ferl import metrics as M
 from ferl.evidence.conformal import SplitConformal
 
@@ -17,7 +18,8 @@ __all__ = ["conformal_metrics", "evaluate_head"]
 
 
 def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
-                  concept_names: Sequence[str] | None = None) -> dict[str, float]:
+                  concept_names: Sequence[str] | None = None,
+                  feature_score: np.ndarray | None = None) -> dict[str, float]:
     """Test metrics of a fitted head (paper §4.1), computed with :mod:`ferl.metrics`.
 
     Parameters
@@ -28,16 +30,21 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
         True labels, of the same kind as those given to `fit`.
     concept_names : sequence of str, optional
         Checked against the head's concepts when given.
+    feature_score : ndarray of shape (n,), optional
+        The rows' feature typicality (the concept tables' ``feature_score``), for a FERL head's
+        shift score; None: unknown.
 
     Returns
     -------
     dict
         ``accuracy`` and ``ece`` (fractions), ``aurc`` (0-100, confidence = the largest class
-        probability); for FERL heads also ``coverage``, ``determinacy``, ``mean_set_size``,
-        ``abstention_rate`` (all-class sets) and ``u65`` / ``u80`` of the credal sets; once the
-        head's novelty discount is calibrated (`FERLHead.fit_novelty`), ``discount_abstention`` and
-        ``discount_accepted_accuracy``: the share of all-class sets with the discount on and the
-        accuracy on the other inputs (None when every input abstains).
+        probability); for FERL heads also, at the product's operating point (`decide`):
+        ``coverage``, ``determinacy``, ``mean_set_size`` (abstentions count as every class),
+        ``answered_set_size`` (the sets that are not abstentions; None when every row abstains),
+        ``abstention_rate``, ``answered_right`` (rows answered with a set that holds the class),
+        ``accepted_accuracy`` (accuracy of the answered rows; None when none is), ``ood_flag_rate``,
+        ``shift_flag_rate``, ``u65`` / ``u80``; and the paper's interval-dominance set's
+        ``paper_coverage``, ``paper_mean_set_size``, ``paper_abstention_rate``.
 
     Raises
     ------
@@ -53,21 +60,21 @@ def evaluate_head(head: ConceptHead, X: np.ndarray, y: np.ndarray,
         "ece": M.expected_calibration_error(idx, np.clip(proba, 0.0, 1.0)),
     }
     if isinstance(head, FERLHead):
-        sets = head.predict_set(X)
+        dec = decide(head, X, feature_score)
+        sets, kept = dec.sets, ~dec.abstained
+        hit = sets[np.arange(idx.size), idx]
         out.update(
             coverage=M.coverage(idx, sets), determinacy=M.determinacy(sets),
-            mean_set_size=M.mean_set_size(sets), abstention_rate=float(sets.all(axis=1).mean()),
+            mean_set_size=M.mean_set_size(sets), abstention_rate=float(dec.abstained.mean()),
+            answered_set_size=float(sets[kept].sum(axis=1).mean()) if kept.any() else None,
+            answered_right=float((hit & kept).mean()),
+            accepted_accuracy=M.accuracy(idx[kept], pred[kept]) if kept.any() else None,
+            ood_flag_rate=float(dec.ood_flag.mean()), shift_flag_rate=float(dec.shift_flag.mean()),
             u65=M.u65(idx, sets), u80=M.u80(idx, sets),
         )
-        refused = head.discounted_abstain(X)  # the discount at its operating point
-        if refused is not None:
-            kept = ~refused
-            out.update(discount_abstention=float(refused.mean()),
-                       discount_accepted_accuracy=M.accuracy(idx[kept], pred[kept]) if kept.any() else None)
-        if head.coverage_ is not None:  # the paper's interval-dominance set beside the coverage-targeted one
-            paper = head.predict_set(X, coverage=None)
-            out.update(paper_coverage=M.coverage(idx, paper), paper_mean_set_size=M.mean_set_size(paper),
-                       paper_abstention_rate=float(paper.all(axis=1).mean()))
+        paper = head.predict_set(X, coverage=None)  # the paper's interval-dominance set beside it
+        out.update(paper_coverage=M.coverage(idx, paper), paper_mean_set_size=M.mean_set_size(paper),
+                   paper_abstention_rate=float(paper.all(axis=1).mean()))
     return out
 
 

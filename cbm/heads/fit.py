@@ -12,10 +12,11 @@
    ones (``--train-concepts``, :mod:`cbm.heads.train_concepts`); the other sources, and the true
    concepts (Koh et al.'s independent head), are fitted too and reported beside them;
 4. writes ``head/<name>/{raw,calibrated}/`` (``head.json`` with, for FERL heads, the novelty
-   threshold accepting 95 % of val (:meth:`cbm.heads.FERLHead.fit_ood_threshold`), ``model.json``,
-   ``model.npz``, ``rules.md`` with concept names), merges a ``fit_head`` entry into
-   ``metrics.json``, and writes ``tables/heads.{md,csv}`` laid out like the paper's Table 4
-   (:mod:`cbm.heads.tables`).
+   threshold accepting 95 % of val (:meth:`cbm.heads.FERLHead.fit_ood_threshold`) and the operating
+   point (:mod:`cbm.heads.operating`: the shift-adaptive set, abstention and flags, calibrated on val
+   and ``concepts/val_shift.npz``), ``model.json``, ``model.npz``, ``rules.md`` with concept names),
+   merges a ``fit_head`` entry into ``metrics.json``, and writes ``tables/heads.{md,csv}`` laid out
+   like the paper's Table 4 (:mod:`cbm.heads.tables`).
 
 A test split holding classes absent from train is an error, unless the run is open-world (the
 run's ``config.yaml`` sets ``data.fold``, or ``--open-world true``): then those rows are left out
@@ -32,8 +33,10 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from functools import partial
@@ -41,14 +44,16 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-import yaml
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from cbm.concepts.calibration import ConceptCalibrator, concept_ece, crossfit_calibrate
-from cbm.data.concept_tables import load_concept_tables
+from cbm.data.concept_tables import SHIFT_SPLIT, load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.heads.evaluate import conformal_metrics, evaluate_head
+from cbm.heads.held_out import Shift, shift_inputs
 from cbm.heads.models import FERL_SETTINGS
+from cbm.heads.operating import MAX_SET_SIZE, fit_operating_point
+from cbm.heads.run_files import paper_dataset, read_metrics, read_run_config
 from cbm.heads.tables import heads_frame, heads_markdown
 from cbm.heads.train_concepts import TRAIN_CONCEPTS, crossfit_table, resolve_train_concepts, train_inputs
 from cbm.jobs import console_main, phase
@@ -57,57 +62,13 @@ from ferl.io.persist import StepWriter, folder_lock
 
 __all__ = ["INPUTS", "evaluate_head", "fit_head", "fit_head_main", "fit_head_parser"]
 
-#: Share of the val inputs the novelty threshold accepts; ``1 - ACCEPT`` of them may abstain with the
-#: novelty discount on (the open-world protocol's rule, paper Table 3 "Reject").
+#: Share of the val inputs the novelty threshold accepts (the open-world protocol's rule, paper Table 3).
 ACCEPT = 0.95
 
 log = logging.getLogger(__name__)
 
 #: The two concept representations every head is fitted on (Table 4 columns).
 INPUTS = ("raw", "calibrated")
-
-
-def _read_run_config(*folders: Path) -> dict:
-    """The ``data`` section of the first ``config.yaml`` found in ``folders`` ({} if none).
-
-    Raises
-    ------
-    ValueError
-        The file is not valid YAML.
-    """
-    paths = [f / "config.yaml" for f in folders if (f / "config.yaml").is_file()]
-    if not paths:
-        return {}
-    try:
-        cfg = yaml.safe_load(paths[0].read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ValueError(f"{paths[0]} is not valid YAML ({err}); fix or remove it") from err
-    data = cfg.get("data") if isinstance(cfg, dict) else None
-    return data if isinstance(data, dict) else {}
-
-
-def _read_metrics(path: Path) -> dict:
-    """The run's ``metrics.json`` ({} if absent), checked before anything is fitted or written."""
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} exists but is not valid JSON ({err}); fix or remove it") from err
-    if not isinstance(doc, dict):
-        raise ValueError(f"{path} holds a JSON {type(doc).__name__}, not an object with one entry per job; "
-                         "fix or remove it")
-    return doc
-
-
-def _paper_dataset(dataset: str, data_cfg: dict, n_classes: int) -> str | None:
-    """The paper's Table 4 column to compare with: cub20, cub200, awa2 or None."""
-    if dataset != "auto":
-        return None if dataset == "none" else dataset
-    name = str(data_cfg.get("dataset", ""))
-    if name == "cub":
-        return {20: "cub20", 200: "cub200"}.get(n_classes)
-    return "awa2" if name in ("awa2", "awa_features") else None
 
 
 #: Heads sized by another head's fit: (head, the head it follows, what it takes from it).
@@ -149,13 +110,15 @@ def _calibration_summary(tables, calibrated) -> dict:
 def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y_train: np.ndarray,
                y_val: np.ndarray, y_test: np.ndarray, concept_names: list[str], seed: int, source: str,
                ferl_settings: str = "concepts", coverage: float | None = 0.9, X_sets: dict | None = None,
+               shift: Shift | None = None, max_set_size: int = MAX_SET_SIZE,
                ) -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
     """Fit and evaluate every head on both input kinds (FERL heads with their novelty threshold and
-    their coverage-targeted credal set calibrated on ``X_sets``, the val rows calibrated out of sample
-    (`cbm.concepts.calibration.crossfit_calibrate`; ``X_val`` when None), what
-    `predict` reads; every head with split-conformal sets at ``coverage``); returns the results and
-    the fitted heads by (name, kind)."""
+    their operating point, `cbm.heads.operating`, calibrated on ``X_sets``, the val rows calibrated
+    out of sample (`cbm.concepts.calibration.crossfit_calibrate`; ``X_val`` when None), and on the
+    shift-calibration rows of ``shift``: what every command reads; every head with split-conformal
+    sets at ``coverage``); returns the results and the fitted heads by (name, kind)."""
     X_sets = X_val if X_sets is None else X_sets
+    shift = Shift() if shift is None else shift
     results: dict = {name: {} for name in names}
     fitted: dict[tuple[str, str], ConceptHead] = {}
     for kind in INPUTS:
@@ -172,13 +135,41 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
                 head.fit_sets(X_sets[kind], y_val, coverage)
                 head.fit_novelty(X_sets[kind][np.isin(y_val, head.classes_)], 1.0 - ACCEPT)
                 head.fit_ood_threshold(X_sets[kind], ACCEPT)
-            metrics = evaluate_head(head, X_test[kind], y_test, concept_names)
+                if coverage is not None:
+                    fit_operating_point(head, X_sets[kind], y_val, shift.feature_val, shift.rows(kind),
+                                        coverage, max_set_size)
+            metrics = evaluate_head(head, X_test[kind], y_test, concept_names, shift.feature_test)
             if coverage is not None:
                 metrics.update(conformal_metrics(head, X_sets[kind], y_val, X_test[kind], y_test, coverage))
             fitted[name, kind] = head
             results[name][kind] = {**metrics, "size": head.size(), "fit_seconds": round(fit_seconds, 3)}
             log.info("%s (%s, %s train concepts): accuracy %.4f", name, kind, source, metrics["accuracy"])
     return results, fitted
+
+
+#: What fit-head does with each split's concept table (each needs rows).
+_SPLIT_USES = {"train": "the heads are fitted", "val": "the calibrator and the sets are fitted",
+               "test": "the heads are evaluated"}
+
+
+def _warn_coverage(coverage: float | None, n: int) -> None:
+    """Warn when ``n`` val rows cannot certify ``coverage``: split conformal needs
+    ``ceil((n + 1) coverage) <= n`` rows, else every credal set holds every class."""
+    if coverage is not None and n and math.ceil((n + 1) * coverage - 1e-9) > n:
+        warnings.warn(f"--coverage {coverage:g} cannot be certified by the {n} val rows of the training "
+                      f"classes: they certify at most {n / (n + 1):.4g} (split conformal needs at least "
+                      f"{math.ceil(coverage / (1 - coverage) - 1e-9)} rows); every FERL credal set will hold "
+                      "every class. Lower --coverage or give the val split more rows.", UserWarning,
+                      stacklevel=3)
+
+
+def _say_abstention(results: dict) -> None:
+    """One line: each FERL head's test abstention at its operating point (wide sets abstain)."""
+    rates = [f"{name} {100 * fit['abstention_rate']:.1f} %" for name, kinds in results.items()
+             for kind, fit in kinds.items() if kind == "calibrated" and "abstention_rate" in fit]
+    if rates:
+        log.info("abstention on calibrated test concepts at the operating point (sets wider than "
+                 "--max-set-size abstain): %s", ", ".join(rates))
 
 
 def fit_head(
@@ -192,6 +183,7 @@ def fit_head(
     compare_train_concepts: bool = True,
     ferl_settings: str = "concepts",
     coverage: float | None = 0.9,
+    max_set_size: int = MAX_SET_SIZE,
 ) -> dict:
     """Run the job; see the module docstring.
 
@@ -220,9 +212,11 @@ def fit_head(
     ferl_settings : {"concepts", "learner"}
         The FERL heads' learner settings (:data:`cbm.heads.models.CONCEPT_SETTINGS`).
     coverage : float in (0, 1) or None
-        Target coverage of the FERL heads' credal sets, calibrated on val (split conformal on the
-        interval-dominance gap, `ferl.FERLClassifier.calibrate_sets`), and of every head's
-        split-conformal baseline sets; None keeps the paper's interval-dominance sets alone.
+        Target coverage of the FERL heads' credal sets, calibrated on val and widened with the
+        shift score (`cbm.heads.operating`), and of every head's split-conformal baseline sets;
+        None keeps the paper's interval-dominance sets alone (and no operating point).
+    max_set_size : int >= 1
+        The widest set the FERL heads answer with; wider ones abstain (`cbm.heads.operating`).
 
     Returns
     -------
@@ -234,9 +228,10 @@ def fit_head(
     FileNotFoundError
         A concept table is missing.
     ValueError
-        Invalid tables (split, row and concept named), names that differ between tables, test
-        classes unseen in train outside an open-world run, an unknown head, ``ferl_settings`` or ``seed``, a
-        ``metrics.json`` or ``config.yaml`` that cannot be read (checked before anything is fitted).
+        Invalid tables (split, row and concept named), a table without rows (its file named), names
+        that differ between tables, test classes unseen in train outside an open-world run, an
+        unknown head, ``ferl_settings`` or ``seed``, a ``metrics.json`` or ``config.yaml`` that
+        cannot be read (checked before anything is fitted).
     ferl.io.persist.FolderBusyError
         Another process is writing ``out``.
     OSError
@@ -256,11 +251,15 @@ def fit_head(
         raise ValueError(f"seed must be an integer in [0, 2**32 - 1], got {seed!r}")  # before any fit
     with folder_lock(out):
         metrics_path = out / "metrics.json"
-        doc = _read_metrics(metrics_path)
+        doc = read_metrics(metrics_path)
         tables = load_concept_tables(concepts)
+        for split, use in _SPLIT_USES.items():
+            if tables[split].n_samples == 0:
+                raise ValueError(f"concepts/{split}.npz of {concepts} has no rows: {use} on the {split} "
+                                 f"split; give the {split} split samples and run train-detector again")
         train, test = tables["train"], tables["test"]
         concept_names, class_names = train.concept_names, np.asarray(train.class_names)
-        data_cfg = _read_run_config(out, Path(concepts), Path(concepts).parent)
+        data_cfg = read_run_config(out, Path(concepts), Path(concepts).parent)
         if open_world is None:
             open_world = data_cfg.get("fold") is not None
         seen = np.isin(test.y, np.unique(train.y))
@@ -272,6 +271,7 @@ def fit_head(
                     f"train: {unseen[:20]}; this is only valid for an open-world run (--open-world true)"
                 )
             log.info("open-world run: %d test rows of unseen classes left out", int((~seen).sum()))
+        _warn_coverage(coverage, int(np.isin(tables["val"].y, np.unique(train.y)).sum()))
 
         with phase("fitting the calibrator and the heads", f"{out} is unchanged: its calibration.json, "
                    "heads, metrics.json and tables are replaced together, once every head is fitted"):
@@ -292,18 +292,20 @@ def fit_head(
             X_sets = {"raw": val.probs, "calibrated": crossfit_calibrate(val.probs, val.concept_labels,
                                                                          concept_names, seed=seed)}
             X_test = {kind: inputs[kind]["test"][seen] for kind in INPUTS}
+            shift = shift_inputs(concepts, tables, class_names, seen, seed, concept_names)
             compared, fitted = {}, {}
             for source in sources:
                 compared[source], heads_of = _fit_heads(
                     names, train_inputs(source, train, crossfit, calibrator), X_val, X_test, y_train, y_val,
-                    y_test, concept_names, seed, source, ferl_settings, coverage, X_sets)
+                    y_test, concept_names, seed, source, ferl_settings, coverage, X_sets, shift, max_set_size)
                 if source == main:
                     fitted = heads_of
             results = compared[main]
+            _say_abstention(results)
 
             entry = {
                 "concepts": str(concepts), "seed": seed, "run_dataset": data_cfg.get("dataset"),
-                "paper_dataset": _paper_dataset(dataset, data_cfg, len(class_names)),
+                "paper_dataset": paper_dataset(dataset, data_cfg, len(class_names)),
                 "open_world": bool(open_world), "n_concepts": len(concept_names),
                 "n_classes": len(class_names), "n_train_classes": len(set(train.y.tolist())),
                 "n": {**{s: t.n_samples for s, t in tables.items()},
@@ -312,7 +314,9 @@ def fit_head(
                                 "map_kinds": dict(Counter(calibrator.kinds_)),
                                 "constant_maps": calibrator.constant_maps()},
                 "heads": results, "train_concepts": main, "ferl_settings": ferl_settings,
-                "coverage": coverage,
+                "coverage": coverage, "max_set_size": max_set_size,
+                "shift_calibration": None if shift.X is None else {"table": f"concepts/{SHIFT_SPLIT}.npz",
+                                                                   "n": int(len(shift.y))},
                 "train_concepts_compared": {
                     src: {h: {k: {m: r[h][k][m] for m in ("accuracy", "aurc", "ece")} for k in INPUTS}
                           for h in names}
@@ -355,6 +359,8 @@ def fit_head_parser() -> ArgumentParser:
                         help="also fit the heads on the other training-concept sources (reported only)")
     parser.add_argument("--ferl-settings", type=Literal["concepts", "learner"], default="concepts",
                         help="FERL heads: the concept-vector settings over the preset, or the preset alone")
+    parser.add_argument("--max-set-size", type=int, default=MAX_SET_SIZE,
+                        help="the widest credal set the FERL heads answer with; a wider one abstains")
     parser.add_argument("--coverage", type=float | None, default=0.9,
                         help="target coverage of the FERL heads' credal sets (calibrated on val) and of "
                              "the split-conformal baseline sets; null: the paper's interval-dominance sets")
@@ -383,7 +389,7 @@ def fit_head_main(argv: Sequence[str] | None = None) -> None:
         return fit_head(cfg.run or cfg.concepts, out, heads=[h.strip() for h in heads], seed=cfg.seed,
                         dataset=cfg.dataset, open_world=cfg.open_world, train_concepts=cfg.train_concepts,
                         compare_train_concepts=cfg.compare_train_concepts, ferl_settings=cfg.ferl_settings,
-                        coverage=cfg.coverage)
+                        coverage=cfg.coverage, max_set_size=cfg.max_set_size)
 
     console_main("fit-head", job)
     print((out / "tables" / "heads.md").read_text())

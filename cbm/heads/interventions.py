@@ -7,10 +7,10 @@ intervened concepts beside FERL's explanation (an :class:`InterventionExplanatio
 :class:`ferl.explain.Explanation` of the intervened input and the one of the input as detected).
 :func:`expert_values_for` chooses how an answer enters a head: Koh et al. (2020, §6)'s 5th / 95th
 training percentiles for the logit-style heads (LR), the label itself for the rule and tree heads.
-:func:`reached_concepts` lists, per input, the concepts a FERL decision can depend on: those split at
-nodes that fire (``FERLClassifier.node_firing``); with the novelty discount off, changing any other
-concept leaves the class masses exactly as they are (with it on, the CBM heads' setting, every concept
-also moves the sources' reliabilities, `ferl.FERLClassifier`'s ``novelty_discount``).
+:func:`reached_concepts` lists, per input, the concepts a FERL tree's decision can depend on: those
+split at nodes that fire (``FERLClassifier.node_firing``); changing any other concept leaves the
+tree's class masses exactly as they are (learned weights of evidence and the operating point's
+shift score read every concept).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import numpy as np
 
 from cbm.concepts.interventions import ConceptGroups, ExpertValues, intervene
 from cbm.heads.base import ConceptHead
+from cbm.heads.operating import decide, explain_decision
 from ferl.explain import Explanation
 
 __all__ = ["EXPERT_MODES", "HeadOutputs", "InterventionExplanation", "expert_values_for", "explain",
@@ -61,7 +62,8 @@ class HeadOutputs:
     proba : ndarray of shape (n, C)
         Class probabilities (FERL: pignistic), columns in ``head.classes_`` order.
     sets : ndarray of shape (n, C), bool, or None
-        FERL's interval-dominance credal sets (None for other heads).
+        FERL's credal sets at the head's operating point (`cbm.heads.operating.decide`; all True
+        where the row abstains), None for other heads.
     ignorance : ndarray of shape (n,) or None
         FERL's ``m(Theta)``.
     ood : ndarray of shape (n,) or None
@@ -80,12 +82,14 @@ class HeadOutputs:
 
 
 def head_outputs(head: ConceptHead, X: np.ndarray, ood_kind: str | None = None,
-                 ood: bool = True) -> HeadOutputs:
+                 ood: bool = True, feature_score: np.ndarray | None = None) -> HeadOutputs:
     """Every output of ``head`` on concept vectors ``X`` (n, k) in [0, 1].
 
-    For FERL heads the evidence is combined once (probabilities, sets and ignorance from the same
-    pass) and, with ``ood``, the OOD score of kind ``ood_kind`` is added (`ferl.novelty.kinds.OOD_KINDS`;
-    None: the head's own, :attr:`cbm.heads.FERLHead.ood_kind`, the kind ``predict`` flags with).
+    For FERL heads the outputs are the head's decision at its operating point
+    (`cbm.heads.operating.decide`, what ``predict`` answers; ``feature_score`` (n,): the images'
+    feature typicality, unchanged by an intervention, None: unknown) and, with ``ood``, the OOD
+    score of kind ``ood_kind`` (`ferl.novelty.kinds.OOD_KINDS`; None: the head's own,
+    :attr:`cbm.heads.FERLHead.ood_kind`, the kind ``predict`` flags with).
 
     Raises
     ------
@@ -96,9 +100,10 @@ def head_outputs(head: ConceptHead, X: np.ndarray, ood_kind: str | None = None,
     if not is_evidential(head):
         return HeadOutputs(head.predict_proba(X))
     X = head._check_X(X)
-    ev = head.model_.evidence(X)
-    score = head.model_.ood_score(X, ood_kind or head.ood_kind) if ood else None
-    return HeadOutputs(ev.pignistic, ev.credal_set, ev.ignorance, score)
+    dec = decide(head, X, feature_score)
+    kind = ood_kind or head.ood_kind
+    score = (dec.ood_score if kind == head.ood_kind else head.model_.ood_score(X, kind)) if ood else None
+    return HeadOutputs(dec.evidence.pignistic, dec.sets, dec.evidence.ignorance, score)
 
 
 def reached_concepts(head: ConceptHead, X: np.ndarray) -> np.ndarray:
@@ -165,8 +170,11 @@ class InterventionExplanation:
 
 
 def explain(head: ConceptHead, x: np.ndarray, groups: ConceptGroups, values: Mapping[str, object],
-            expert: ExpertValues | None = None, top_k: int | None = 5) -> InterventionExplanation:
-    """Intervene on one input and explain the FERL decision before and after.
+            expert: ExpertValues | None = None, top_k: int | None = 5,
+            feature_score: float | None = None) -> InterventionExplanation:
+    """Intervene on one input and explain the FERL decision before and after, both at the head's
+    operating point (`cbm.heads.operating.explain_decision`; ``feature_score``: the image's feature
+    typicality, unchanged by the intervention).
 
     Parameters
     ----------
@@ -195,7 +203,7 @@ def explain(head: ConceptHead, x: np.ndarray, groups: ConceptGroups, values: Map
         raise ValueError(f"explain takes one input of shape (k,) or (1, k), got shape {np.shape(x)}")
     done = intervene(X, groups, values, expert)
     return InterventionExplanation(
-        explanation=head.model_.explain(head._check_X(done.X), top_k=top_k),
-        before=head.model_.explain(head._check_X(X), top_k=top_k),
+        explanation=explain_decision(head, done.X[0], feature_score, top_k),
+        before=explain_decision(head, X[0], feature_score, top_k),
         intervened=tuple(done.records(groups, X)),
     )

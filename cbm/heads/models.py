@@ -17,10 +17,11 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.tree import DecisionTreeClassifier, export_text
 
 from cbm.heads.base import ConceptHead, classes_from, classes_meta
+from cbm.heads.operating import operating_from_dict
 from ferl import FERLClassifier
 from ferl.io.persist import atomic_write_bytes, read_model, write_model
 from ferl.metrics import fit_acceptance_threshold
-from ferl.novelty.discount import discounting
+from ferl.novelty.discount import DiscountPointWarning
 from ferl.novelty.kinds import ABLATION_KINDS, OOD_KINDS, check_kind, default_kind
 from ferl.rules import COLUMN_LEGEND
 
@@ -68,18 +69,14 @@ class FERLHead(ConceptHead):
 
     ``ood_threshold_`` (None until `fit_ood_threshold`, saved in ``head.json``) is the run's novelty
     threshold: ``{"kind", "accept", "value", "fitted_on", "n"}``; an input whose OOD score of that
-    kind exceeds ``value`` is flagged as novel (``predict`` reads it). `ood_kind` is the kind every
-    output of the head shows.
+    kind exceeds ``value`` is flagged as novel. `ood_kind` is the kind every output of the head
+    shows. ``operating_`` (None until `cbm.heads.operating.fit_operating_point`, saved in
+    ``head.json``) is the product's operating point: the shift-adaptive set, abstention and flags
+    that every command reads through `cbm.heads.operating.decide`.
 
-    The model keeps the paper's read-out (``novelty_discount=False``), chosen by measurement with
-    the per-source discount of the time (``"rules"``): on CUB-50 (frozen EfficientNet-Lite0
-    concepts, ``runs/cub50_lite0``) FERL-deep fitted on the true training concepts and tested on
-    the detector's concepts fell from 48.8 % to 5.5 % test accuracy with it on (mean ignorance 0.03
-    -> 0.98: under that shift every source looks atypical), while on the synthetic open world (2
-    folds) it raised held-out abstention only from 9.9 % to 12.5 %. The ``"typical"`` discount
-    (`ferl.novelty.discount`) keeps the predicted class, but a shift that makes every input look
-    atypical makes every input abstain (not measured on the heads). Novelty is read from the head's kind
-    of OOD score (`ood_kind`) and the run's threshold instead.
+    The model keeps the paper's read-out (``novelty_discount=False``): the product discounts the
+    evidence by the reliability of its operating point instead, which reads the detector's features
+    as well as the concepts (docs/results/concept-heads.md, docs/results/shift.md).
     """
 
     kind = "ferl"
@@ -92,6 +89,7 @@ class FERLHead(ConceptHead):
         self.settings = settings
         self.ood_threshold_: dict | None = None
         self.coverage_: float | None = None
+        self.operating_: dict | None = None
 
     def _fit(self, X, y):
         params = CONCEPT_SETTINGS[self.variant] if self.settings == "concepts" else {}
@@ -123,27 +121,18 @@ class FERLHead(ConceptHead):
             self.coverage_ = None
 
     def fit_novelty(self, X: np.ndarray, abstain: float = 0.05) -> None:
-        """Calibrate the head's novelty read-out on held-out concept vectors ``X`` (n, k) of its
-        classes (`ferl.FERLClassifier.calibrate_novelty`): the ``joint`` score's reference (learned
-        weights) and the discount's operating point, at which with ``novelty_discount`` on at most
-        ``abstain`` of them abstain, read on the head's own set (call `fit_sets` first; call
-        `fit_ood_threshold` after it, so that the threshold is of the calibrated kind). The head's
-        own read-out keeps the discount off; `cbm.heads.evaluate.evaluate_head` and the report read
-        the head with it on.
+        """Calibrate the head's novelty score on held-out concept vectors ``X`` (n, k) of its classes
+        (`ferl.FERLClassifier.calibrate_novelty`): the ``joint`` score's reference (learned weights),
+        which makes ``joint`` the head's own kind (call `fit_ood_threshold` after it, so that the
+        threshold is of that kind), and the learner's novelty-discount point (``abstain``), which the
+        product does not read (its operating point discounts by the shift score instead).
         ValueError: bad concept vectors, ``abstain`` outside [0, 1). Its warnings name the head."""
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.model_.calibrate_novelty(self._check_X(X), abstain=abstain, coverage=self.coverage_)
         for w in caught:  # fit-head calibrates every FERL head in turn: say which one this is
-            warnings.warn(f"{self.name}: {w.message}", w.category, stacklevel=2)
-
-    def discounted_abstain(self, X: np.ndarray) -> np.ndarray | None:
-        """Which rows of concept vectors ``X`` (n, k) abstain (the head's set holds every class) with
-        the novelty discount on at the operating point of `fit_novelty`: bool (n,); None before it."""
-        if getattr(self.model_, "discount_point_", None) is None:
-            return None
-        with discounting(self.model_):
-            return np.asarray(self.predict_set(X), dtype=bool).all(axis=1)
+            if not issubclass(w.category, DiscountPointWarning):  # the product does not read that point
+                warnings.warn(f"{self.name}: {w.message}", w.category, stacklevel=2)
 
     @property
     def ood_kind(self) -> str:
@@ -180,6 +169,9 @@ class FERLHead(ConceptHead):
                                "n": int(scores.size)}
         return self.ood_threshold_
 
+    def concepts_used(self):  # the tree's conditions and the concepts of the learned weights
+        return self.model_.features_used_
+
     def size(self):
         return {"rules": int(self.model_.n_rules_), "nonzero_weights": None,
                 "concepts_used": int(self.concepts_used().size)}
@@ -191,12 +183,13 @@ class FERLHead(ConceptHead):
     def _save_model(self, path):
         self.model_.save(path)
         return {"variant": self.variant, "settings": self.settings, "ood_threshold": self.ood_threshold_,
-                "coverage": self.coverage_}
+                "coverage": self.coverage_, "operating": self.operating_}
 
     def _load_model(self, path, doc):
         self.variant = doc["variant"]
         self.settings = doc.get("settings", "learner")  # heads saved before it existed used the preset
         self.ood_threshold_ = _checked_threshold(doc.get("ood_threshold"), path)  # None in older heads
+        self.operating_ = operating_from_dict(doc.get("operating"), f"{path}/head.json")
         self.model_ = FERLClassifier.load(path)
         coverage = doc.get("coverage")  # absent in heads saved before it existed
         calibrated = getattr(self.model_, "set_scores_", None) is not None
@@ -208,17 +201,15 @@ class FERLHead(ConceptHead):
 
 
 def _checked_threshold(threshold, path) -> dict | None:
-    """A saved novelty threshold, or ValueError naming what is wrong (a null value gave a TypeError
-    later, a NaN one flagged nothing; a kind the product no longer offers, an ablation kind such as
-    ``leaf``, the tree-evidence heads' kind before issue 33, asks for a refit)."""
+    """A saved novelty threshold, or ValueError naming what is wrong and asking for a refit: a null or
+    NaN value, a kind the product no longer offers (an ablation kind such as ``leaf``)."""
     if threshold is None:
         return None
     where = f"{path}/head.json: ood_threshold"
     if not isinstance(threshold, dict):
         raise ValueError(f"{where} must be an object or null, got {threshold!r}; refit the head (fit-head)")
-    value, accept = threshold.get("value"), threshold.get("accept")
+    kind, value, accept = threshold.get("kind"), threshold.get("value"), threshold.get("accept")
     problems = []
-    kind = threshold.get("kind")
     if kind in ABLATION_KINDS:
         problems.append(f"kind {kind!r} is an ablation kind of OOD score, no longer one the product flags "
                         f"with ({list(OOD_KINDS)})")
@@ -237,9 +228,8 @@ class CARTHead(ConceptHead):
     """CART (scikit-learn ``DecisionTreeClassifier`` with its defaults, seeded).
 
     ``max_leaf_nodes`` (None: unbounded) grows the tree best-first to at most that many leaves: the
-    registry's ``cart-compact`` is the CART with as many leaves as FERL-compact has rules, the
-    same-size baseline of issue 16, whose ``sized`` makes `fit` refuse to grow it unbounded (its
-    size must come from that fit).
+    registry's ``cart-compact``, the CART with as many leaves as FERL-compact has rules, is
+    ``sized``: `fit` refuses to grow it unbounded (its size must come from that fit).
 
     Saved as a `skops.io` file; loading trusts only the types `skops.io` trusts by default plus the
     class of the public ``tree_`` attribute of a fitted ``DecisionTreeClassifier`` (any other type
@@ -358,7 +348,7 @@ class RestrictedLRHead(LRHead):
 
     The rank of concept j is ``std(x_j) * ||W[:, j]||_2`` with W the full LR's coefficients on the
     same training rows (ties broken by the lower index). ``n_concepts`` is set by the caller,
-    e.g. to the FERL-deep tree's ``size()["concepts_used"]`` (paper Table 4); it is capped at k.
+    e.g. to FERL-deep's ``size()["concepts_used"]`` (paper Table 4); it is capped at k.
     """
 
     kind = "lr-restricted"

@@ -15,8 +15,7 @@ import pandas as pd
 
 from ferl.benchmarks.tables import markdown_table
 
-__all__ = ["DATASET_LABELS", "HEAD_LABELS", "PAPER_TABLE4", "SOURCE_LABELS", "discount_sentence",
-           "heads_frame", "heads_markdown"]
+__all__ = ["DATASET_LABELS", "HEAD_LABELS", "PAPER_TABLE4", "SOURCE_LABELS", "heads_frame", "heads_markdown"]
 
 DASH = "–"
 #: Display names of the heads (Table 4's row names).
@@ -145,7 +144,7 @@ def _coverage_markdown(entry: dict) -> list[str]:
     table = pd.DataFrame({
         "Head": [HEAD_LABELS.get(h, h) for h in rows],
         "FERL set: coverage (%)": [cell(h, "coverage", _pct, True) for h in rows],
-        "size": [cell(h, "mean_set_size", size, True) for h in rows],
+        "size": [cell(h, "answered_set_size", size, True) for h in rows],
         "abstention (%)": [cell(h, "abstention_rate", _pct, True) for h in rows],
         "interval dominance: coverage (%)": [cell(h, "paper_coverage", _pct) for h in rows],
         "size ": [cell(h, "paper_mean_set_size", size) for h in rows],
@@ -155,9 +154,12 @@ def _coverage_markdown(entry: dict) -> list[str]:
     })
     return ["", f"## Credal and conformal sets at {100 * coverage:g} % target coverage (test, calibrated "
                 "concepts)", "", markdown_table(table), "",
-            "FERL set: the coverage-targeted credal set, the classes whose plausibility Pl(c) reaches a "
-            "threshold calibrated on val (split conformal on 1 − Pl(y), the paper's DS-conformal sets of "
-            "appendix F; val calibrated out of sample). Interval dominance: the set of eq. 4. "
+            "FERL set: the product's credal set, the classes whose plausibility Pl(c) reaches a threshold "
+            "calibrated on val (split conformal on −log Pl(y), the paper's DS-conformal sets of appendix F; "
+            "val calibrated out of sample) that falls as the image's shift score grows "
+            "(`cbm.heads.operating`); size: of the sets that are not abstentions (a set wider than "
+            f"{entry.get('max_set_size', 'max_set_size')} classes abstains). Interval dominance: the set of "
+            "eq. 4. "
             "Conformal: every head's split-conformal sets on 1 − p(c), calibrated on the same val rows "
             "(the baseline a user would pick)."]
 
@@ -232,10 +234,8 @@ def heads_markdown(entry: dict) -> str:
             "Determinacy (%)": [_pct(heads[h][i]["determinacy"]) for h, i in ferl],
             "Mean set size": [f"{heads[h][i]['mean_set_size']:.2f}" for h, i in ferl],
             "Abstention (%)": [_pct(heads[h][i]["abstention_rate"]) for h, i in ferl],
-            # the summary's abstention: the novelty discount on, at fit-head's operating point
-            "Abstention, novelty discount on (%)": [_pct(heads[h][i]["discount_abstention"])
-                                                    if "discount_abstention" in heads[h][i] else "–"
-                                                    for h, i in ferl],
+            "Novelty flag (%)": [_pct(heads[h][i]["ood_flag_rate"]) if "ood_flag_rate" in heads[h][i]
+                                 else DASH for h, i in ferl],
             "u65 (%)": [_pct(heads[h][i]["u65"]) for h, i in ferl],
             "u80 (%)": [_pct(heads[h][i]["u80"]) for h, i in ferl],
         })
@@ -251,11 +251,3 @@ def heads_markdown(entry: dict) -> str:
         "Maps: " + ", ".join(f"{v} {k}" for k, v in sorted(cal["map_kinds"].items())) + ".",
     ]
     return "\n".join(lines) + "\n"
-
-
-def discount_sentence(reliability: float, ignorance: float, abstain: bool, credal_set) -> str:
-    """One input's evidence with the novelty discount on (``novelty_discount=True``,
-    `ferl.novelty.discount`), as a report sentence: reliability, ignorance, credal set or abstention."""
-    verdict = "abstains" if abstain else "credal set {" + ", ".join(map(str, credal_set)) + "}"
-    return (f"with the novelty discount (`novelty_discount=True`): reliability r(x) = {reliability:.3f}, "
-            f"ignorance m(Θ) = {ignorance:.3f}, {verdict}")

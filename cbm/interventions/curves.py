@@ -83,7 +83,8 @@ class Curve:
 
 def intervention_curve(head: ConceptHead, X: np.ndarray, answers: np.ndarray, groups: ConceptGroups,
                        expert: ExpertValues, policy: str, ks: Sequence[int], seed: int = 0,
-                       y_idx: np.ndarray | None = None, ood_kind: str | None = None) -> Curve:
+                       y_idx: np.ndarray | None = None, ood_kind: str | None = None,
+                       feature_score: np.ndarray | None = None) -> Curve:
     """Answer groups one policy step at a time and measure the head at every k of ``ks``.
 
     Parameters
@@ -107,6 +108,9 @@ def intervention_curve(head: ConceptHead, X: np.ndarray, answers: np.ndarray, gr
     ood_kind : str or None
         FERL OOD score kind (`ferl.novelty.kinds.OOD_KINDS`); None: the head's own
         (:attr:`cbm.heads.FERLHead.ood_kind`).
+    feature_score : ndarray of shape (n,), optional
+        The rows' feature typicality (their images', unchanged by the answers), read by a FERL
+        head's operating point.
 
     Returns
     -------
@@ -137,7 +141,7 @@ def intervention_curve(head: ConceptHead, X: np.ndarray, answers: np.ndarray, gr
             step[new] = k
             asked |= new
             current = apply_answers(X, answers, groups.concept_mask(asked), expert)
-        out = head_outputs(head, current, ood_kind)
+        out = head_outputs(head, current, ood_kind, feature_score=feature_score)
         points.append({"k": k, **outputs_metrics(out, y_idx)})
         if out.ood is not None:
             ood[k] = out.ood

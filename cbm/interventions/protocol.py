@@ -167,9 +167,10 @@ def evaluate_run(name: str, run_dir: Path, settings: InterventionSettings,
                 ood = {}
                 for split, idx in rows.items():
                     table = run.tables[split]
+                    features = None if table.feature_score is None else table.feature_score[idx]
                     curve = intervention_curve(
                         rh.head, rh.concepts(split)[idx], table.concept_labels[idx], run.groups, rh.expert,
-                        policy, ks, settings.seed, y_idx if split == "test" else None, kind)
+                        policy, ks, settings.seed, y_idx if split == "test" else None, kind, features)
                     ood[split] = curve.ood
                     for point in curve.points:
                         auroc = (M.ood_auroc(ood["test"][point["k"]], curve.ood[point["k"]])

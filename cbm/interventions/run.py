@@ -149,7 +149,7 @@ class RunHead:
         and the head's outputs on the whole split after it.
         """
         done = intervene(self.concepts(split), self.groups, values, self.expert, rows)
-        return done, head_outputs(self.head, done.X)
+        return done, head_outputs(self.head, done.X, feature_score=self.run.tables[split].feature_score)
 
     def explain(self, split: str, row: int, values: Mapping[str, object],
                 top_k: int | None = 5) -> InterventionExplanation:
@@ -157,7 +157,9 @@ class RunHead:
         X = self.concepts(split)
         if not 0 <= row < len(X):
             raise ValueError(f"row {row} out of range: split {split!r} has {len(X)} rows")
-        return explain(self.head, X[row], self.groups, values, self.expert, top_k)
+        features = self.run.tables[split].feature_score
+        return explain(self.head, X[row], self.groups, values, self.expert, top_k,
+                       None if features is None else float(features[row]))
 
 
 def open_head(run: RunConcepts, name: str = "ferl-deep", fit: str = "sequential", inputs: str = "calibrated",

@@ -45,25 +45,25 @@ import yaml
 
 from cbm.concepts.calibration import ConceptCalibrator, crossfit_calibrate
 from cbm.data import ConceptDataModule
-from cbm.data.concept_tables import ConceptTable, load_concept_tables
+from cbm.data.concept_tables import SHIFT_SPLIT, ConceptTable, load_concept_tables
 from cbm.data.folds import ClassFold
 from cbm.data.tables import SampleTable
 from cbm.detector.cli import detector_parser
 from cbm.detector.crossfit import CROSSFIT_SPLIT
 from cbm.detector.train import train_detector
-from cbm.heads import FERLHead, make_head
+from cbm.heads import make_head
+from cbm.heads.operating import Decisions, decide, fit_operating_point
 from cbm.heads.train_concepts import resolve_train_concepts
+from cbm.openworld.fold_heads import example, head_outputs, head_summary, shifted_rows
 from cbm.openworld.metrics import (
     anomaly_ground_truth,
     detection_at_rate,
     image_anomaly_ground_truth,
-    precision_at_k,
 )
 from cbm.openworld.settings import EvalSettings, check_keep_checkpoints, prune_checkpoints
 from ferl import metrics as M
 from ferl.benchmarks.ood import DETECTORS, ferl_score
 from ferl.io.persist import StepWriter, atomic_write_bytes, folder_lock
-from ferl.novelty.discount import discounting
 
 __all__ = [
     "PARTS",
@@ -78,7 +78,7 @@ __all__ = [
 #: 12: val calibrated out of sample (`crossfit_calibrate`); 13: each FERL head's own kind of OOD score;
 #: 14: the novelty discount at its operating point; 15: the ``joint`` score; 16: the baselines at the
 #: discount's retained rate; 17: FERL-deep's concept settings of issue 32 (5 bootstrap cuts).
-RESULT_VERSION = 17
+RESULT_VERSION = 18
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 
@@ -129,27 +129,6 @@ def _train_or_reuse(table: SampleTable, fold: ClassFold, fold_dir: Path, det: di
             "checkpoints": prune_checkpoints(fold_dir, keep_checkpoints)}
 
 
-def _example(head: FERLHead, x: np.ndarray, sid: str, y: int, names: list[str], truth: dict,
-             score: float, threshold: float, kind: str, top: int) -> dict:
-    ex = head.model_.explain(x, top_k=top, kind=kind)
-    with discounting(head.model_) as model:
-        on = model.explain(x, top_k=1, kind=kind)
-    near, mask = truth[y]
-    concepts = head.concept_names_
-    top_rule = ex.sources[0].conditions if ex.sources else ()
-    return {
-        "sample_id": sid, "true_class": names[y], "nearest_retained": [names[c] for c in near],
-        "prediction": str(ex.prediction), "credal_set": [str(c) for c in ex.credal_set],
-        "abstain": bool(ex.abstain), "ignorance": float(ex.ignorance), "kind": kind, "score": score,
-        "threshold": threshold, "rejected": bool(score > threshold), "top_rule": list(top_rule),
-        "named": [{"concept": a.name, "score": float(a.score), "anomalous": bool(mask[a.feature])}
-                  for a in ex.anomalous_features],
-        "ground_truth": [concepts[j] for j in np.flatnonzero(mask)],
-        "discounted": {"reliability": on.reliability, "ignorance": on.ignorance, "abstain": bool(on.abstain),
-                       "credal_set": [str(c) for c in on.credal_set]},
-    }
-
-
 def _save_scores(path: Path, names: list[str], scores: dict[str, dict[str, np.ndarray]],
                  tables: dict, outputs: dict[str, np.ndarray]) -> None:
     arrays = {f"scores_{p}": np.stack([scores[d][p] for d in names], axis=1)
@@ -188,53 +167,6 @@ class FoldEvaluation:
     scores: dict[str, dict[str, np.ndarray]]
     calibrator: ConceptCalibrator
     outputs: dict[str, np.ndarray]
-
-
-def head_outputs(head: FERLHead, X: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A FERL head's decisions on the ``test`` and ``novel`` vectors, for the report's curves.
-
-    Returns ``classes`` (the head's, as str) and per part ``p``: ``pred_p`` (column of the largest
-    pignistic probability), ``proba_p`` (that probability), ``belief_p`` (Bel of that class),
-    ``ignorance_p`` (m(Θ)) and ``abstain_p`` (credal set = every class).
-    """
-    out: dict[str, np.ndarray] = {"classes": head.classes_.astype(str)}
-    for p in ("test", "novel"):
-        ev = head.model_.evidence(X[p])
-        pred = np.argmax(ev.pignistic, axis=1)
-        rows = np.arange(pred.size)
-        out |= {f"pred_{p}": pred, f"proba_{p}": ev.pignistic[rows, pred], f"belief_{p}": ev.mass[rows, pred],
-                f"ignorance_{p}": ev.ignorance, f"abstain_{p}": ev.abstain}
-    return out
-
-
-def _ranked(head: FERLHead, X: np.ndarray, k: int) -> np.ndarray:
-    """Concept indices of FERL's top-``k`` anomalous attributes per row, shape (n, k)."""
-    return np.array([[a.feature for a in row] for row in head.model_.anomalous_features(X, top_k=k)])
-
-
-def _head_summary(head: FERLHead, X: dict, tables: Mapping[str, ConceptTable], label_of: np.ndarray,
-                  gt: np.ndarray, gt_image: np.ndarray, top_k: Sequence[int]) -> dict:
-    sets = {p: head.predict_set(X[p]) for p in ("test", "novel")}
-    with discounting(head.model_) as model:
-        discounted = {p: model.predict_set(X[p]).all(axis=1).mean() for p in ("test", "novel")}
-    ranked = _ranked(head, X["novel"], max(top_k))
-    # the same FERL head given the true concepts of the held-out images: detector errors removed
-    oracle = _ranked(head, tables["novel"].concept_labels.astype(np.float64), max(top_k))
-    return {
-        "ood_kind": head.ood_kind,
-        "accuracy": M.accuracy(head.class_index(label_of[tables["test"].y]),
-                               np.argmax(head.predict_proba(X["test"]), axis=1)),
-        "abstain_test": float(sets["test"].all(axis=1).mean()),
-        "abstain_novel": float(sets["novel"].all(axis=1).mean()),
-        "abstain_test_discounted": float(discounted["test"]),
-        "abstain_novel_discounted": float(discounted["novel"]),
-        "size": head.size(),
-        "naming": {f"precision@{k}": float(precision_at_k(ranked, gt, k).mean()) for k in top_k}
-        | {f"true_concepts_precision@{k}": float(precision_at_k(oracle, gt, k).mean()) for k in top_k}
-        | {f"image_precision@{k}": float(precision_at_k(ranked, gt_image, k).mean()) for k in top_k}
-        | {"chance": float(gt.mean()), "mean_truth_size": float(gt.sum(axis=1).mean()),
-           "image_chance": float(gt_image.mean())},
-    }
 
 
 def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray, fold: ClassFold, seed: int,
@@ -291,23 +223,30 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     k_max = max(settings.top_k)
     scores: dict[str, dict[str, np.ndarray]] = {}
     heads_out, fitted = {}, {}
+    shifted = shifted_rows(tables, X, concept_names, label_of, seed)
+    decisions: dict[str, dict[str, Decisions]] = {}
     for h in settings.heads:
         head = make_head(h, seed, settings=settings.ferl_settings)
         head = fitted[h] = head.fit(X["train"], label_of[y_train], concept_names)
         _record(steps, f"head_fit:{h}", y_train, fold.retained, fold)
-        head.fit_novelty(X["val"], 1.0 - settings.accept)  # the joint score, the discount's operating point
-        _record(steps, f"discount:{h}", tables["val"].y, fold.retained, fold)
+        y_val = label_of[tables["val"].y]
+        head.fit_sets(X["val"], y_val, settings.coverage)  # the operating point fit-head fits
+        head.fit_novelty(X["val"], 1.0 - settings.accept)
+        head.fit_ood_threshold(X["val"], settings.accept)
+        fit_operating_point(head, X["val"], y_val, tables["val"].feature_score, shifted, settings.coverage,
+                            settings.max_set_size)
+        _record(steps, f"operating_point:{h}", tables["val"].y, fold.retained, fold)
         for kind in settings.ferl_kinds:
             scores[f"{h}:{kind}"] = {p: ferl_score(head.model_, X[p], kind) for p in ("val", "test", "novel")}
-        heads_out[h] = _head_summary(head, X, tables, label_of, gt, gt_image, settings.top_k)
+        decisions[h] = {p: decide(head, X[p], tables[p].feature_score) for p in ("test", "novel")}
+        heads_out[h] = head_summary(head, X, tables, label_of, gt, gt_image, settings.top_k, decisions[h])
     for b in settings.baselines:
         det = DETECTORS[b][1](seed).fit(X["train"], y_train)
         _record(steps, f"baseline_fit:{b}", y_train, fold.retained, fold)
         scores[b] = {p: det.score(X[p]) for p in ("val", "test", "novel")}
     _record(steps, "threshold", tables["val"].y, fold.retained, fold)
-    for m in heads_out.values():  # the baselines at the discount's operating point (issue 33)
-        m["baselines_at_discount"] = detection_at_rate(scores, settings.baselines,
-                                                       m["abstain_test_discounted"])
+    for m in heads_out.values():  # the baselines flag as many retained images as the product catches
+        m["baselines_at_operating_point"] = detection_at_rate(scores, settings.baselines, m["caught_test"])
     ood = {d: M.ood_summary(s["val"], s["test"], s["novel"], settings.accept) for d, s in scores.items()}
     explained = []
     if examples:
@@ -315,8 +254,9 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
         kind0 = next(k for k in (fitted[h0].ood_kind, *settings.ferl_kinds) if f"{h0}:{k}" in scores)
         for c in fold.held_out[: settings.examples_per_fold]:
             i = int(np.flatnonzero(novel.y == c)[0])
-            explained.append(_example(fitted[h0], X["novel"][i], str(novel.sample_ids[i]), c, names, truth,
-                                      float(scores[f"{h0}:{kind0}"]["novel"][i]),
+            feature = None if novel.feature_score is None else float(novel.feature_score[i])
+            explained.append(example(fitted[h0], X["novel"][i], feature, str(novel.sample_ids[i]), c, names,
+                                      truth, float(scores[f"{h0}:{kind0}"]["novel"][i]),
                                       ood[f"{h0}:{kind0}"]["threshold"], kind0, k_max))
     result = {
         "retained": list(fold.retained), "held_out": list(fold.held_out),
@@ -326,7 +266,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
                                     "concepts": [concept_names[j] for j in np.flatnonzero(mask)]}
                          for c, (near, mask) in truth.items()},
     }
-    return FoldEvaluation(result, scores, cal, head_outputs(fitted[settings.heads[0]], X))
+    h0 = settings.heads[0]
+    return FoldEvaluation(result, scores, cal, head_outputs(decisions[h0], fitted[h0].classes_))
 
 
 def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.PathLike, detector: dict,
@@ -386,8 +327,8 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
     start = time.perf_counter()
     steps: dict = {}
     det_info = _train_or_reuse(table, fold, fold_dir, detector, overwrite, steps, keep_checkpoints)
-    crossfit = (fold_dir / "concepts" / f"{CROSSFIT_SPLIT}.npz").is_file()
-    tables = load_concept_tables(fold_dir, splits=[*PARTS, CROSSFIT_SPLIT] if crossfit else PARTS)
+    extra = [s for s in (CROSSFIT_SPLIT, SHIFT_SPLIT) if (fold_dir / "concepts" / f"{s}.npz").is_file()]
+    tables = load_concept_tables(fold_dir, splits=[*PARTS, *extra])
     ev = evaluate_fold(tables, table.class_concepts, fold, seed, settings, examples=examples)
     result = {"seed": seed, "fold": fold.index, **ev.result, "steps": steps | ev.result["steps"],
               "detector": det_info, "scores_file": "scores.npz",

@@ -233,6 +233,10 @@ def openworld_parser() -> ArgumentParser:
                    help="attribute-naming precision@k")
     p.add_argument("--examples-per-fold", type=int, default=EvalSettings.examples_per_fold,
                    help="held-out images explained per fold in examples.md (first seed only)")
+    p.add_argument("--coverage", type=float, default=EvalSettings.coverage,
+                   help="target coverage of the heads' credal sets (as fit-head's)")
+    p.add_argument("--max-set-size", type=int, default=EvalSettings.max_set_size,
+                   help="the widest set a head answers with (as fit-head's)")
     p.add_argument("--train-concepts", type=Literal["auto", "cross-fitted", "in-sample"],
                    default=EvalSettings.train_concepts,
                    help="training vectors of heads and baselines: 'auto' = cross-fitted when the detector "
@@ -268,7 +272,8 @@ def evaluate_openworld_main(argv: Sequence[str] | None = None) -> None:
             raise ValueError("no detector configuration: give --config with a 'detector:' section")
         settings = EvalSettings(heads=tuple(cfg.heads), ferl_kinds=tuple(cfg.ferl_kinds),
                                 baselines=tuple(cfg.baselines), accept=cfg.accept, top_k=tuple(cfg.top_k),
-                                examples_per_fold=cfg.examples_per_fold, train_concepts=cfg.train_concepts)
+                                examples_per_fold=cfg.examples_per_fold, train_concepts=cfg.train_concepts,
+                                coverage=cfg.coverage, max_set_size=cfg.max_set_size)
         with folder_lock(out), phase("preparing the folds", f"{out} holds at most its folds.json besides "
                                                               "what it held before"):
             return run_openworld(cfg.detector, out, name=cfg.name, seeds=cfg.seeds, folds=cfg.folds,

@@ -23,7 +23,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from sklearn.metrics import roc_curve
 
-from cbm.heads.tables import HEAD_LABELS, discount_sentence
+from cbm.heads.tables import HEAD_LABELS
 from cbm.openworld.curves import curve_figures, curves_markdown
 from ferl.benchmarks.ood import DETECTORS
 from ferl.benchmarks.tables import markdown_table
@@ -97,15 +97,18 @@ def per_fold_frame(results: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: The operating-point rates of a head on retained (test) and held-out (novel) images.
+RATES = ("abstain", "flag", "caught", "shift_flag")
+
+
 def heads_frame(results: Sequence[dict]) -> pd.DataFrame:
-    """One row per (seed, fold, FERL head): retained-test accuracy, abstention on retained and
-    held-out test images (novelty discount off and on), rules, attribute-naming precision@k and
-    its chance level."""
+    """One row per (seed, fold, FERL head): retained-test accuracy, the operating point's rates on
+    retained and held-out test images (abstention, novelty flag, either: caught, shift flag), each
+    baseline's catch of held-out images when it flags as many retained ones as the head catches,
+    rules, attribute-naming precision@k and its chance level."""
     rows = [{"seed": r["seed"], "fold": r["fold"], "head": h, "accuracy": m["accuracy"],
-             "abstain_test": m["abstain_test"], "abstain_novel": m["abstain_novel"],
-             "abstain_test_discounted": m["abstain_test_discounted"],
-             "abstain_novel_discounted": m["abstain_novel_discounted"],
-             **{f"at_discount:{b}": v for b, v in m.get("baselines_at_discount", {}).items()},
+             **{f"{rate}_{p}": m[f"{rate}_{p}"] for rate in RATES for p in ("test", "novel")},
+             **{f"at_operating_point:{b}": v for b, v in m.get("baselines_at_operating_point", {}).items()},
              "rules": m["size"]["rules"], "concepts_used": m["size"]["concepts_used"], **m["naming"]}
             for r in results for h, m in r["heads"].items()]
     return pd.DataFrame(rows)
@@ -172,12 +175,11 @@ def heads_markdown(summary: pd.DataFrame, top_k: Sequence[int]) -> str:
             row[f"p@{k} image truth"] = _cell(*lookup.loc[(h, f"image_precision@{k}"), ["mean", "std"]])
         row["image chance"] = f"{100 * lookup.loc[(h, 'image_chance'), 'mean']:.1f}"
         for m, header in (("accuracy", "retained acc."), ("abstain_test", "abstain retained"),
-                          ("abstain_novel", "abstain held-out"),
-                          ("abstain_test_discounted", "abstain retained (discount)"),
-                          ("abstain_novel_discounted", "abstain held-out (discount)")):
+                          ("abstain_novel", "abstain held-out"), ("caught_test", "caught retained"),
+                          ("caught_novel", "caught held-out")):
             row[header] = _cell(*lookup.loc[(h, m), ["mean", "std"]])
-        at_rate = [m for m in dict.fromkeys(summary["metric"]) if m.startswith("at_discount:")]
-        if at_rate:  # the baseline that flags the most held-out images at the discount's retained rate
+        at_rate = [m for m in dict.fromkeys(summary["metric"]) if m.startswith("at_operating_point:")]
+        if at_rate:  # the baseline that catches the most held-out images at the head's retained rate
             best = max(at_rate, key=lambda m: lookup.loc[(h, m), "mean"])
             row["best baseline at that retained rate"] = (
                 f"{_cell(*lookup.loc[(h, best), ['mean', 'std']])} ({detector_label(best.split(':', 1)[1])})")
@@ -200,8 +202,8 @@ def examples_markdown(results: Sequence[dict]) -> str:
             lines += [
                 f"## `{ex['sample_id']}`: {ex['true_class']} (seed {r['seed']}, fold {r['fold']})", "",
                 f"- nearest retained class: {', '.join(ex['nearest_retained'])}",
-                f"- FERL predicts {ex['prediction']}, {verdict}; ignorance m(Θ) = {ex['ignorance']:.3f}",
-                "- " + discount_sentence(**ex["discounted"]),
+                f"- FERL predicts {ex['prediction']}, {verdict}; ignorance m(Θ) = {ex['ignorance']:.3f} "
+                f"(the evidence's reliability at the operating point: {ex['reliability']:.3f})",
                 f"- {ex['kind']} score {ex['score']:.3g} vs threshold {ex['threshold']:.3g} (95 % of "
                 f"retained val accepted): {decision}",
                 f"- strongest rule: IF {' AND '.join(ex['top_rule']) or '(root)'}", "",
@@ -345,10 +347,10 @@ def write_report(out: str | os.PathLike, results: Sequence[dict], record: dict) 
              "'image truth': the concepts where each held-out image's own concept labels differ from "
              "its nearest retained class profile (differs from the class-level truth where images "
              "deviate from their class profile). "
-             "Accuracy and abstention (all-class credal set) on retained test images and abstention on "
-             "held-out ones, with the novelty discount off (the paper's read-out) and on "
-             "(`novelty_discount=True`: the evidence discounted by how typical the input is, "
-             "`ferl.novelty.discount`).", "",
+             "Accuracy on retained test images; abstention and 'caught' (abstained or flagged as novel) "
+             "on retained and held-out ones, at the product's operating point (`cbm.heads.operating`, "
+             "what `predict` answers); the best baseline flags as many retained images as the head "
+             "catches.", "",
              heads_markdown(head_sum, record["settings"]["top_k"]),
              "Example explanations: `examples.md`.", "", curves_markdown(list(figures)),
              *_done_text(record, results)]

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cbm.heads.operating import MAX_SET_SIZE
 from ferl.benchmarks.confidence import BETP_KINDS
 from ferl.benchmarks.ood import DETECTORS, DISCOUNTED
 from ferl.benchmarks.ood_kinds import ABLATION_KINDS
@@ -51,6 +52,10 @@ class EvalSettings:
     ferl_settings : {"concepts", "learner"}
         The FERL heads' settings (:data:`cbm.heads.models.FERL_SETTINGS`); ``concepts``, as
         ``fit-head`` fits them, so that the tables describe the head a user runs.
+    coverage : float in (0, 1)
+        Target coverage of the heads' credal sets, as ``fit-head``'s ``--coverage``.
+    max_set_size : int >= 1
+        The widest set a head answers with (`cbm.heads.operating`), as ``fit-head``'s.
     """
 
     heads: tuple[str, ...] = ("ferl-deep",)
@@ -62,6 +67,8 @@ class EvalSettings:
     examples_per_fold: int = 2
     train_concepts: str = "auto"
     ferl_settings: str = "concepts"
+    coverage: float = 0.9
+    max_set_size: int = MAX_SET_SIZE
 
     def __post_init__(self) -> None:
         bad_heads = [h for h in self.heads if not h.startswith("ferl-")]
@@ -77,6 +84,9 @@ class EvalSettings:
             raise ValueError(f"unknown baselines {bad}; choose from {list(DETECTORS)}")
         if not 0.0 < self.accept < 1.0:
             raise ValueError(f"accept must be in (0, 1), got {self.accept}")
+        if not 0.0 < self.coverage < 1.0 or isinstance(self.max_set_size, bool) or self.max_set_size < 1:
+            raise ValueError(f"coverage must be in (0, 1) and max_set_size >= 1, got {self.coverage} and "
+                             f"{self.max_set_size}")
         if not self.top_k or min(self.top_k) < 1:
             raise ValueError(f"top_k must be positive integers, got {list(self.top_k)}")
         if self.examples_per_fold < 0:

@@ -74,9 +74,9 @@ def run_predict(run: str, *, images: Sequence[str] | None = None, folder: str | 
     Raises
     ------
     ValueError
-        Not exactly one input option, bad options / inputs (see :class:`Pipeline`), no input could
-        be predicted (``out`` unchanged), ``out`` is a file or holds a file of the user's where
-        ``predict`` writes.
+        Not exactly one input option, a folder among ``images`` (use ``folder``), bad options /
+        inputs (see :class:`Pipeline`), no input could be predicted (``out`` unchanged), ``out`` is
+        a file or holds a file of the user's where ``predict`` writes.
     FileNotFoundError
         The run, its head, the folder or the concepts file is missing, or the folder holds no image.
     FolderBusyError
@@ -87,6 +87,9 @@ def run_predict(run: str, *, images: Sequence[str] | None = None, folder: str | 
     # the images are found before the run is loaded: a missing folder fails at once
     paths = None if concepts is not None else (
         [Path(p) for p in images] if images is not None else find_images(folder))
+    if images is not None and (folders := [str(p) for p in paths if p.is_dir()]):
+        raise ValueError(f"--images {folders[0]} is a folder ({len(folders)} folder(s) among --images): "
+                         f"use --folder {folders[0]} to predict the images in it")
     if out is None and not Path(run).is_dir():  # the default --out lies in the run: create no run folder
         raise FileNotFoundError(f"run directory {run} does not exist")
     out_dir = Path(out) if out is not None else Path(run) / "predictions"
@@ -113,7 +116,8 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
 
     Bad options, inputs and file errors end with one ``predict: error: <message>`` line (exit
     status 1), and so does a run where no input could be read (naming the first reasons; ``--out``
-    is then unchanged); otherwise unreadable inputs are listed.
+    is then unchanged); otherwise unreadable inputs are listed, and so are the warnings of
+    predicted rows (an image far smaller than the detector's input).
     SIGTERM / SIGINT end it with one line (exit status 143 / 130, :func:`cbm.jobs.console_main`).
     """
     cfg = predict_parser().parse_args(argv)
@@ -135,6 +139,8 @@ def predict_main(argv: Sequence[str] | None = None) -> None:
     for r in pred.rows:
         if r["error"] is not None:
             print(f"not predicted: {r['error']}")
+        elif r["warning"] is not None:
+            print(f"warning: {r['input']}: {r['warning']}")
     print(f"predicted {len(rows)} of {len(pred.rows)} input(s) in {time.perf_counter() - start:.1f} s: "
           f"{sum(r['ood_flag'] for r in rows)} flagged as novel ({pred.threshold['kind']} OOD score), "
           f"{sum(r['abstained'] for r in rows)} "

@@ -9,7 +9,9 @@ that input's row.
 from __future__ import annotations
 
 import csv
+import errno
 import os
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,24 +24,59 @@ from cbm.data.concept_tables import check_concept_names, load_concept_table
 from cbm.data.custom import IMAGE_SUFFIXES
 from cbm.data.images import open_rgb, to_rgb
 
-__all__ = ["ConceptInputs", "find_images", "read_concepts_file", "read_image"]
+__all__ = ["SMALL_INPUT_FACTOR", "ConceptInputs", "find_images", "not_a_file", "read_concepts_file",
+           "read_image", "small_input_warning"]
+
+#: An image whose shorter side is less than the detector's input side divided by this is upscaled so
+#: far that its concepts are guesses: its row gets a ``warning``.
+SMALL_INPUT_FACTOR = 4
 
 
 def find_images(folder: str | os.PathLike) -> list[Path]:
-    """Image files below ``folder`` (sub-folders included), sorted by path.
+    """Entries below ``folder`` (sub-folders included) named as images, sorted by path.
+
+    Every entry with a suffix of :data:`IMAGE_SUFFIXES` that is not a folder is listed, readable or
+    not (a broken or looping link, a pipe): each gets its row, and :func:`read_image` says what is
+    wrong with the unreadable ones, so no image-named entry vanishes from the output.
 
     Raises
     ------
     FileNotFoundError
-        ``folder`` is not a folder, or holds no file with a suffix of :data:`IMAGE_SUFFIXES`.
+        ``folder`` is not a folder, or holds no entry with a suffix of :data:`IMAGE_SUFFIXES`.
     """
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"image folder {folder} does not exist")
-    found = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        raise FileNotFoundError(f"image folder {folder} does not exist"
+                                + (" (it is a file: use --images)" if folder.exists() else ""))
+    found = sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and not p.is_dir())
     if not found:
         raise FileNotFoundError(f"no image files ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
     return found
+
+
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """What keeps ``path`` from being read as an image file, or None for a regular file.
+
+    Returns
+    -------
+    str or None
+        The path and what it is instead: missing, a folder, a link that loops or points nowhere, or
+        a pipe, socket or device.
+    """
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return f"{path}: a symbolic link that loops (it never reaches a file)"
+        if path.is_symlink():
+            return f"{path}: a symbolic link to {os.readlink(path)}, which does not exist"
+        return f"{path}: " + ("no such file" if err.errno == errno.ENOENT else f"cannot read: {err.strerror}")
+    if stat.S_ISDIR(mode):
+        return f"{path}: a folder, not an image file (predict --folder reads the images in a folder)"
+    if not stat.S_ISREG(mode):
+        return f"{path}: not a regular file (a pipe, socket or device), not an image file"
+    return None
 
 
 def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
@@ -49,9 +86,10 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
     Parameters
     ----------
     image : path-like, PIL image or ndarray
-        A file (decoded with PIL, any mode converted to 8-bit RGB: 16-bit images scaled, see
-        :func:`cbm.data.images.to_rgb`), a PIL image, or an array of shape (H, W, 3) or (H, W) with
-        dtype uint8.
+        A file or a PIL image, read as a viewer shows it and as the training images were
+        (:func:`cbm.data.images.to_rgb`): turned upright by its EXIF orientation, transparent
+        pixels composited onto white, any mode converted to 8-bit RGB (16-bit images scaled); or
+        an array of shape (H, W, 3) or (H, W) with dtype uint8, taken as given.
     min_side : int, optional
         A file or PIL image is reduced by the largest integer factor that keeps its shorter side at
         least this long, while decoding where the format allows (:func:`cbm.data.images.open_rgb`),
@@ -60,8 +98,9 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
     Raises
     ------
     UnreadableImageError
-        A missing or undecodable file, values that cannot be read as 8 bits, or an array of another
-        shape or dtype (the message names the file or the shape).
+        A missing or undecodable file, a path that is no regular file (:func:`not_a_file`), values
+        that cannot be read as 8 bits, or an array of another shape or dtype (the message names
+        the file or the shape).
     """
     if isinstance(image, np.ndarray):
         arr = np.stack([image] * 3, axis=-1) if image.ndim == 2 else image
@@ -72,14 +111,39 @@ def read_image(image: str | os.PathLike | Image.Image | np.ndarray,
     if isinstance(image, Image.Image):
         return np.array(to_rgb(image, min_side))
     path = Path(image)
-    if not path.is_file():
-        raise UnreadableImageError(f"{path}: no such file")
+    if (problem := not_a_file(path)) is not None:
+        raise UnreadableImageError(problem)
     try:
         return np.array(open_rgb(path, min_side))
     except UnreadableImageError:
         raise
     except Exception as err:  # PIL raises several types for bad data
         raise UnreadableImageError(f"{path}: cannot read image: {err}") from err
+
+
+def small_input_warning(shape: tuple[int, ...], input_side: int | None) -> str | None:
+    """Why an image is too small for its prediction to be trusted, or None.
+
+    The detector resizes every image to ``input_side`` pixels; one whose shorter side is less than
+    ``input_side / SMALL_INPUT_FACTOR`` becomes a few blurred blocks, and the head still gives it a
+    class, often a confident one.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        The decoded image's shape, (H, W) or (H, W, channels).
+    input_side : int or None
+        The detector's input side in pixels; None gives no warning.
+
+    Returns
+    -------
+    str or None
+        The image's size beside the detector's, for the row's ``warning``.
+    """
+    if input_side is None or min(shape[:2]) * SMALL_INPUT_FACTOR >= input_side:
+        return None
+    return (f"{shape[1]}x{shape[0]} pixels, far below the detector's input of {input_side}x{input_side}: "
+            f"upscaled, so its concepts and class are unreliable")
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,8 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
 
     Each explained input shows its evidence figure (the image, belief / plausibility / ignorance per
     class, the anomalous attributes), its OOD decision and :meth:`ferl.explain.Explanation.to_markdown`
-    (fired rules with their masses). Unreadable inputs are listed with the reason.
+    (fired rules with their masses), after its row's warning when it has one. Unreadable inputs
+    are listed with the reason.
 
     Parameters
     ----------
@@ -132,6 +133,8 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
             image = None if pred.inputs[i] is None else read_image(pred.inputs[i], PAGE_IMAGE_SIDE)
         except UnreadableImageError:  # removed since it was predicted
             image = None
+        if row["warning"] is not None:
+            lines += [f"**Warning**: {row['warning']}.", ""]
         ex = pred.explain(i)
         name = f"{FIGURES}/{i + 1}.png"
         figure = evidence_figure(ex, image, str(row["input"]))  # laid out with tight_layout

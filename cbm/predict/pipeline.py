@@ -4,12 +4,14 @@
 >>> result = pipe.predict(["a.png", "b.jpg"])          # paths, PIL images or uint8 arrays
 >>> result.frame()                                     # one row per input (pandas)
 
-Each input gets the head's class, its credal set (interval dominance; all classes = abstention),
-the ignorance m(Θ), the OOD score of the kind the run's novelty threshold uses (named in the
-``ood_kind`` column, :attr:`cbm.heads.FERLHead.ood_kind`), whether it exceeds that threshold
-(:meth:`cbm.heads.FERLHead.fit_ood_threshold`, stored with the head by ``fit-head``), and the
-top-k anomalous attributes; the explanations show the score of the same kind. An input that
-cannot be read keeps its row with an ``error`` and no prediction.
+Each input gets the head's decision at the run's operating point (:mod:`cbm.heads.operating`, the
+same as every other command's): its class, its credal set (all classes = abstention), the
+ignorance m(Θ), the OOD score of the kind the run's novelty threshold uses (named in the ``ood_kind``
+column, :attr:`cbm.heads.FERLHead.ood_kind`) and whether it exceeds that threshold, the shift
+score (the image's feature typicality under the run's detector, with the head's novelty) and its
+flag, and the top-k anomalous attributes; the explanations show the same set and score. An input
+that cannot be read keeps its row with an ``error`` and no prediction; an image far smaller than
+the detector's input is predicted, with a ``warning`` on its row.
 """
 
 from __future__ import annotations
@@ -18,12 +20,11 @@ import logging
 import os
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
@@ -33,73 +34,20 @@ from cbm.data.common import UnreadableImageError
 from cbm.data.concept_tables import check_concept_names
 from cbm.detector import ConceptDetector
 from cbm.detector.checkpoint import checkpoint_data_settings
+from cbm.detector.typicality import FEATURE_TYPICALITY_FILE, FeatureTypicality
 from cbm.heads import FERLHead
-from cbm.predict.inputs import read_image
+from cbm.heads.operating import decide, explain_decision
+from cbm.predict.inputs import read_image, small_input_warning
+from cbm.predict.rows import COLUMNS, OUTPUTS, Predictions, flat_row
 from cbm.report.run import load_run
 from ferl.explain import Explanation
 
-__all__ = ["Pipeline", "Predictions"]
+__all__ = ["COLUMNS", "OUTPUTS", "Pipeline", "Predictions", "flat_row"]
 
 log = logging.getLogger(__name__)
 
 #: Where a run keeps the detector whose probabilities its concept tables hold.
 CHECKPOINT = Path("detector") / "checkpoints" / "best.ckpt"
-#: The head's outputs in a prediction row (None where the input could not be read).
-OUTPUTS = ("class", "probability", "belief", "set", "set_size", "abstained", "ignorance", "ood_kind",
-           "ood_score", "ood_threshold", "ood_flag", "anomalous_attributes")
-#: The fields of a prediction row, in the order of `Predictions.frame` (and predictions.csv).
-COLUMNS = ("input", *OUTPUTS, "true_class", "error")
-
-
-@dataclass
-class Predictions:
-    """What :meth:`Pipeline.predict` returns: one row per input, in input order.
-
-    Attributes
-    ----------
-    rows : list of dict
-        ``input``, ``class`` (argmax of the pignistic probability), ``probability`` (its BetP),
-        ``belief`` (its Bel = m({c})), ``set`` (credal-set classes), ``set_size``, ``abstained``,
-        ``ignorance`` (m(Θ)), ``ood_kind`` (the kind of OOD score, the threshold's:
-        `ferl.novelty.kinds.OOD_KINDS`), ``ood_score``, ``ood_threshold``, ``ood_flag`` (score above
-        the threshold: flagged as novel), ``anomalous_attributes`` (``[(name, score)]``, highest
-        first), ``true_class`` (when known, else None) and ``error`` (None, or why the input was
-        not read; its other fields are then None).
-    inputs : list
-        The inputs as given (paths or images; None for concept vectors), for pages that show them.
-    explain : callable
-        ``explain(i)`` -> :class:`ferl.explain.Explanation` of row ``i`` (None for an error row),
-        showing the OOD score of the threshold's kind.
-    threshold : dict
-        The novelty threshold used (``kind``, ``accept``, ``value``, ``fitted_on``).
-    """
-
-    rows: list[dict[str, Any]]
-    inputs: list[Any]
-    explain: Callable[[int], Explanation | None] = field(repr=False)
-    threshold: dict[str, Any] = field(default_factory=dict)
-
-    def frame(self) -> pd.DataFrame:
-        """The rows as a DataFrame (sets and attributes joined into text); ``set_size`` stays an
-        integer column (pandas' nullable ``Int64``) when error rows leave it empty."""
-        df = pd.DataFrame([flat_row(r) for r in self.rows], columns=list(COLUMNS))
-        return df.astype({"set_size": "Int64"})
-
-    @property
-    def n_errors(self) -> int:
-        """Inputs that could not be read."""
-        return sum(r["error"] is not None for r in self.rows)
-
-
-def flat_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A row with its set as ``a|b`` and its attributes as ``name (score); ...`` (for CSV)."""
-    out = dict(row)
-    if row["set"] is not None:
-        out["set"] = "|".join(row["set"])
-        out["anomalous_attributes"] = "; ".join(f"{n} ({s:.2f})" for n, s in row["anomalous_attributes"])
-    return out
-
-
 def _device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -154,6 +102,13 @@ class Pipeline:
         many pixels (:func:`cbm.predict.inputs.read_image`); :meth:`from_run` sets twice the
         evaluation transform's resize, so the transform's own antialiased resize still makes the
         last step (a 10,000 x 10,000 photo no longer lies in memory at full size). None: no reduction.
+    input_side : int or None
+        The detector's input side in pixels (the run's ``image_size``): an image with a shorter
+        side below ``input_side / cbm.predict.inputs.SMALL_INPUT_FACTOR`` gets a row ``warning``.
+        None: no warning.
+    typicality : FeatureTypicality or None
+        The detector's feature typicality (``detector/feature_typicality.npz``): each image's
+        feature score, read by the shift score. None: a run exported before it.
     """
 
     run_dir: Path
@@ -168,6 +123,8 @@ class Pipeline:
     batch_size: int = 64
     top_k: int = 5
     decode_side: int | None = None
+    input_side: int | None = None
+    typicality: FeatureTypicality | None = None
 
     @classmethod
     def from_run(cls, run_dir: str | os.PathLike, head: str = "ferl-deep", inputs: str = "calibrated", *,
@@ -213,7 +170,9 @@ class Pipeline:
                         "now on the run's val table, 95 %% accepted", head, inputs)
         dev = _device(device)
         ckpt = Path(run_dir) / CHECKPOINT
-        detector, transform, decode_side = None, None, None
+        detector, transform, decode_side, input_side = None, None, None, None
+        typ_path = Path(run_dir) / FEATURE_TYPICALITY_FILE
+        typicality = FeatureTypicality.load(typ_path) if typ_path.is_file() else None
         if ckpt.is_file():
             detector = ConceptDetector.from_checkpoint(ckpt, map_location=dev).eval()
             check_concept_names(detector.concept_names, model.concept_names_, source=f"checkpoint {ckpt}",
@@ -223,10 +182,11 @@ class Pipeline:
                 transform = build_transform(data.image_size, train=False,
                                             eval_crop_fraction=data.eval_crop_fraction)
                 decode_side = 2 * round(data.image_size / data.eval_crop_fraction)
+                input_side = data.image_size
         return cls(run_dir=Path(run_dir), head_name=head, inputs=inputs, head=model,
                    calibrator=run.calibrator if inputs == "calibrated" else None, threshold=threshold,
                    detector=detector, transform=transform, device=dev, batch_size=batch_size, top_k=top_k,
-                   decode_side=decode_side)
+                   decode_side=decode_side, input_side=input_side, typicality=typicality)
 
     @property
     def concept_names(self) -> list[str]:
@@ -234,8 +194,15 @@ class Pipeline:
 
     # ------------------------------------------------------------------ images → concepts
     def concept_probs(self, images: Sequence[Any],
-                      progress: bool = False) -> tuple[np.ndarray, dict[int, str]]:
-        """Detector probabilities of images, in batches.
+                      progress: bool = False) -> tuple[np.ndarray, dict[int, str], dict[int, str]]:
+        """Detector probabilities of images, in batches, with the errors and warnings of
+        `detector_outputs` (which also gives the feature scores)."""
+        probs, _, errors, warnings = self.detector_outputs(images, progress)
+        return probs, errors, warnings
+
+    def detector_outputs(self, images: Sequence[Any], progress: bool = False
+                         ) -> tuple[np.ndarray, np.ndarray | None, dict[int, str], dict[int, str]]:
+        """Detector probabilities and feature scores of images, in batches.
 
         Parameters
         ----------
@@ -247,8 +214,13 @@ class Pipeline:
         -------
         probs : ndarray of shape (n, k), float32
             NaN on the rows of unreadable images.
+        feature_score : ndarray of shape (n,), float64, or None
+            The images' feature typicality (NaN on unreadable rows); None without the run's
+            feature typicality.
         errors : dict of int to str
             Row -> why that image could not be read.
+        warnings : dict of int to str
+            Row -> why its probabilities may not be trusted (:func:`small_input_warning`).
 
         Raises
         ------
@@ -265,22 +237,34 @@ class Pipeline:
             raise ValueError(f"the detector of {self.run_dir} reads feature vectors, not images: give "
                              "concept vectors instead (predict --concepts FILE)")
         probs = np.full((len(images), len(self.concept_names)), np.nan, dtype=np.float32)
+        scores = None if self.typicality is None else np.full(len(images), np.nan)
         errors: dict[int, str] = {}
+        warnings: dict[int, str] = {}
         with tqdm(total=len(images), unit="img", desc="predict", disable=None if progress else True) as bar:
             for start in range(0, len(images), self.batch_size):
                 rows, batch = [], []
                 for i in range(start, min(len(images), start + self.batch_size)):
                     try:
-                        batch.append(self.transform(read_image(images[i], self.decode_side)))
+                        pixels = read_image(images[i], self.decode_side)
+                        batch.append(self.transform(pixels))
                         rows.append(i)
+                        if (warning := small_input_warning(pixels.shape, self.input_side)) is not None:
+                            warnings[i] = warning
                     except UnreadableImageError as err:
                         errors[i] = str(err)
                 if batch:
-                    with torch.inference_mode():
-                        logits = self.detector(torch.stack(batch).to(self.device))
+                    x = torch.stack(batch).to(self.device)
+                    split = hasattr(self.detector, "features") and hasattr(self.detector, "head")
+                    with torch.inference_mode():  # a module without the features / head split: no score
+                        features = self.detector.features(x) if split else None
+                        logits = self.detector.head(features) if split else self.detector(x)
                     probs[rows] = torch.sigmoid(logits.float()).cpu().numpy()
+                    if scores is not None and features is None:
+                        scores = None
+                    elif scores is not None:
+                        scores[rows] = self.typicality.score(features.float().cpu().numpy())
                 bar.update(min(self.batch_size, len(images) - start))
-        return probs, errors
+        return probs, scores, errors, warnings
 
     def predict(self, images: Sequence[Any], ids: Sequence[str] | None = None,
                 progress: bool = False) -> Predictions:
@@ -292,13 +276,15 @@ class Pipeline:
         if ids is None:
             ids = [str(im) if isinstance(im, str | os.PathLike) else f"image_{i}"
                    for i, im in enumerate(images)]
-        probs, errors = self.concept_probs(images, progress)
-        return self.predict_concepts(probs, ids, errors=errors, inputs=images)
+        probs, scores, errors, warnings = self.detector_outputs(images, progress)
+        return self.predict_concepts(probs, ids, errors=errors, warnings=warnings, inputs=images,
+                                     feature_score=scores)
 
     # ------------------------------------------------------------------ concepts → decisions
     def predict_concepts(self, probs: np.ndarray, ids: Sequence[str] | None = None, *,
-                         errors: dict[int, str] | None = None, inputs: Sequence[Any] | None = None,
-                         true_class: Sequence[str] | None = None) -> Predictions:
+                         errors: dict[int, str] | None = None, warnings: dict[int, str] | None = None,
+                         inputs: Sequence[Any] | None = None, true_class: Sequence[str] | None = None,
+                         feature_score: np.ndarray | None = None) -> Predictions:
         """Decisions from detector probabilities (calibrated here when the pipeline's inputs are).
 
         Parameters
@@ -310,10 +296,15 @@ class Pipeline:
             Row names (default ``row_<i>``).
         errors : dict of int to str, optional
             Rows that could not be read, and why.
+        warnings : dict of int to str, optional
+            Rows whose prediction may not be trusted, and why (copied to their ``warning``).
         inputs : sequence, optional
             The original inputs (kept in the result for pages).
         true_class : sequence of str, optional
             Known classes, copied to the rows.
+        feature_score : ndarray of shape (n,), optional
+            The images' feature typicality (`detector_outputs`); None: unknown, the shift score then
+            reads the concepts alone (concept vectors made elsewhere).
 
         Raises
         ------
@@ -331,12 +322,12 @@ class Pipeline:
             X = self.calibrator.transform(X, self.concept_names) if self.calibrator is not None else X
             X = self.head._check_X(X)
         rows, index = [], np.cumsum(ok) - 1
+        scores = None if feature_score is None else np.asarray(feature_score, dtype=np.float64)[ok]
         if X.shape[0]:
             model = self.head.model_
-            # one firing pass for the three; the set at the head's calibrated coverage (fit-head's)
-            read = model.credal_readout(X, self.threshold["kind"], getattr(self.head, "coverage_", None))
-            ev, ood = read.evidence, read.ood_score
-            proba, sets, mass = ev.pignistic, read.credal_set, ev.mass
+            dec = decide(self.head, X, scores)  # the operating point every command reads
+            ev, ood, sets = dec.evidence, dec.ood_score, dec.sets
+            proba, mass = ev.pignistic, ev.mass
             attrs = model.anomalous_features(X, top_k=self.top_k)
         classes = [str(c) for c in self.head.classes_]
         for i in range(n):
@@ -350,19 +341,22 @@ class Pipeline:
                     "abstained": bool(sets[j].all()), "ignorance": float(ev.ignorance[j]),
                     "ood_kind": self.threshold["kind"], "ood_score": float(ood[j]),
                     "ood_threshold": float(self.threshold["value"]),
-                    "ood_flag": bool(ood[j] > self.threshold["value"]),
+                    "ood_flag": bool(dec.ood_flag[j]),
+                    "shift_score": float(dec.shift_score[j]), "shift_flag": bool(dec.shift_flag[j]),
                     "anomalous_attributes": [(a.name, float(a.score)) for a in attrs[j]],
                 })
             else:
                 row.update(dict.fromkeys(OUTPUTS))
             row["true_class"] = None if true_class is None else str(true_class[i])
+            row["warning"] = (warnings or {}).get(i) if ok[i] else None
             row["error"] = errors.get(i)
             rows.append(row)
 
         def explain(i: int) -> Explanation | None:
             if not ok[i]:
                 return None
-            return self.head.model_.explain(X[int(index[i])], top_k=self.top_k, kind=self.threshold["kind"])
+            j = int(index[i])
+            return explain_decision(self.head, X[j], None if scores is None else float(scores[j]), self.top_k)
 
         return Predictions(rows=rows, inputs=[None] * n if inputs is None else list(inputs), explain=explain,
                            threshold=dict(self.threshold))

@@ -36,7 +36,7 @@ import numpy as np
 from jsonargparse import ArgumentParser
 
 from cbm.detector import concept_metrics
-from cbm.heads.tables import HEAD_LABELS, discount_sentence, heads_markdown
+from cbm.heads.tables import HEAD_LABELS, heads_markdown
 from cbm.jobs import console_main, phase
 from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
@@ -52,6 +52,7 @@ from cbm.report.plots import (
     tree_figure,
 )
 from cbm.report.run import RunView, load_run
+from cbm.report.shift import shift_section
 from cbm.report.summary import novelty_kind, summary_numbers, summary_section
 from cbm.runtime import add_threads_argument, set_threads
 from ferl.io.persist import StepWriter, atomic_write_bytes, current_folder
@@ -139,10 +140,9 @@ def _example_section(kind: str, ex: Example | None, main_head: str, written: dic
     truth = ex.true_class if ex.true_class in [str(c) for c in ex.explanation.classes] else None
     lines += [f"![evidence of {ex.sample_id}](examples/{kind}_evidence.png)", "",
               short_markdown(ex.explanation, TOP, truth), ""]
-    if ex.discounted is not None:
-        d = ex.discounted
-        sentence = discount_sentence(d.reliability, d.ignorance, d.abstain, d.credal_set)
-        lines += [sentence[0].upper() + sentence[1:] + ".", ""]
+    lines += [f"The evidence's reliability at the operating point: r(x) = {ex.explanation.reliability:.3f} "
+              "(1 for an image as typical of the training images as the clean val ones; the credal set "
+              "widens as r falls under shift).", ""]
     if ex.threshold is not None:
         decision = "**rejected as novel**" if ex.ood_score > ex.threshold else "accepted"
         lines += [f"{ex.explanation.ood_kind} OOD score {ex.ood_score:.3g} vs threshold {ex.threshold:.3g} "
@@ -164,6 +164,7 @@ def build_report(
     head: str = "ferl-deep",
     inputs: str = "calibrated",
     openworld: str | os.PathLike | None = None,
+    shift: str | os.PathLike | None = None,
     title: str | None = None,
     commands: Sequence[str] = (),
     timings: Mapping[str, float] | None = None,
@@ -180,6 +181,9 @@ def build_report(
         Which of the head's two fits to show.
     openworld : path-like, optional
         An ``evaluate-openworld`` output folder whose report is embedded.
+    shift : path-like, optional
+        An ``evaluate-shift`` output folder whose tables and figure are embedded
+        (:func:`cbm.report.shift.shift_section`).
     title : str, optional
         Report title (default: the run folder's name).
     commands : sequence of str
@@ -195,7 +199,8 @@ def build_report(
     Raises
     ------
     FileNotFoundError
-        Not a run directory, or the head is missing (run ``fit-head`` first).
+        Not a run directory, the head is missing (run ``fit-head`` first), or the run has no test
+        concept table with rows (``concepts/test.npz``, where the examples come from).
     ValueError
         ``head`` is not a FERL head, or invalid run files.
     """
@@ -221,6 +226,7 @@ def build_report(
     kind = novelty_kind(run_dir, head, inputs)
     openworld_lines, appendix = openworld_sections(run_dir, ow, head, kind, written)
     lines += openworld_lines
+    lines += shift_section(shift, written, run_dir)
     lines += interventions_section(run_dir)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
@@ -246,8 +252,8 @@ def build_report(
     if timings:
         lines += ["Wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
                   + f" (total {sum(timings.values()):.0f} s).", ""]
-    lines += ["Rebuild this report from the finished run: `python -m cbm.report "
-              f"{run_dir}{'' if ow is None else f' --openworld {ow}'}`.", ""]
+    extra = ('' if ow is None else f' --openworld {ow}') + ('' if shift is None else f' --shift {shift}')
+    lines += [f"Rebuild this report from the finished run: `python -m cbm.report {run_dir}{extra}`.", ""]
     with StepWriter(run_dir) as step:  # the figures and report.md are replaced together
         for rel, data in written.items():
             atomic_write_bytes(step.path(run_dir / rel), data)
@@ -265,6 +271,7 @@ def report_parser() -> ArgumentParser:
     p.add_argument("--head", type=str, default="ferl-deep", help="FERL head of the examples and rules")
     p.add_argument("--inputs", type=str, default="calibrated", help="raw | calibrated")
     p.add_argument("--openworld", type=str | None, default=None, help="evaluate-openworld output to embed")
+    p.add_argument("--shift", type=str | None, default=None, help="evaluate-shift output to embed")
     p.add_argument("--title", type=str | None, default=None, help="report title")
     add_threads_argument(p)
     return p
@@ -281,7 +288,7 @@ def report_main(argv: Sequence[str] | None = None) -> None:
         with phase("building the report", f"{cfg.run_dir} keeps its previous report.md and figures (they "
                    "are replaced together, at the end)"):
             return build_report(cfg.run_dir, head=cfg.head, inputs=cfg.inputs, openworld=cfg.openworld,
-                                title=cfg.title)
+                                shift=cfg.shift, title=cfg.title)
 
     print(f"report: {console_main('report', job)}")
 

@@ -21,6 +21,7 @@ import numpy as np
 from cbm.detector.curves import read_training_log, training_curves_figure
 from cbm.heads import FERLHead
 from cbm.heads.curves import confusion_figure, reliability_figure, risk_coverage_figure
+from cbm.heads.operating import decide
 from cbm.heads.tables import HEAD_LABELS
 from cbm.report.plots import figure_png
 from cbm.report.run import RunView
@@ -83,16 +84,18 @@ def _reliability(run: RunView) -> bytes:
 
 
 def _confusion(run: RunView, head: FERLHead, name: str, inputs: str) -> bytes:
-    y_true, X = [], []
+    y_true, X, features = [], [], []
     for split in ("test", "novel"):
         if split in run.tables and run.tables[split].n_samples:
             X.append(run.concepts(split, inputs))
             y_true += [run.class_names[c] for c in run.tables[split].y]
-    ev = head.model_.evidence(np.concatenate(X))
+            features.append(run.tables[split].feature_score)
+    known = all(f is not None for f in features)
+    dec = decide(head, np.concatenate(X), np.concatenate(features) if known else None)
     classes = [str(c) for c in head.classes_]
-    y_pred = [classes[i] for i in np.argmax(ev.pignistic, axis=1)]
+    y_pred = [classes[i] for i in np.argmax(dec.evidence.pignistic, axis=1)]
     rows = classes + sorted(set(y_true) - set(classes))
-    return figure_png(confusion_figure(y_true, y_pred, ev.abstain, rows, classes,
+    return figure_png(confusion_figure(y_true, y_pred, dec.abstained, rows, classes,
                                        f"{_label(name)} ({inputs} concepts) on test + held-out images"))
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from cbm.heads import FERLHead
+from cbm.heads.operating import decide, explain_decision
 from cbm.report.run import RunView
 from ferl import metrics as M
 from ferl.explain import Explanation
-from ferl.novelty.discount import discounting
 
 __all__ = ["EXAMPLE_KINDS", "Example", "Pick", "choose_and_explain", "explain_example", "find_sample",
            "head_outputs", "pick_examples"]
@@ -63,6 +63,7 @@ class Example:
     sample_id : str
     true_class : str
     explanation : ferl.explain.Explanation
+        At the operating point (`cbm.heads.operating.explain_decision`), as ``predict`` explains.
     ood_score : float
         FERL's OOD score (higher = more novel), of the kind ``explanation.ood_kind``, the head's.
     threshold : float or None
@@ -75,9 +76,6 @@ class Example:
         Those nearest training classes (empty when unknown).
     image : ndarray of shape (H, W, 3), uint8, or None
         The input image (None for feature data sets or when the data are not available).
-    discounted : ferl.explain.Explanation or None
-        The same input explained with the novelty discount on (``novelty_discount=True``,
-        `ferl.novelty.discount`): its evidence discounted by how typical the input is.
     """
 
     pick: Pick
@@ -90,7 +88,6 @@ class Example:
     truth: list[str] | None
     nearest: list[str]
     image: np.ndarray | None
-    discounted: Explanation | None = None
 
 
 def _first_by(candidates: np.ndarray, *keys: np.ndarray) -> int | None:
@@ -184,18 +181,18 @@ def pick_examples(
     return picks
 
 
-def head_outputs(head: FERLHead, X: np.ndarray, y: np.ndarray) -> dict[str, np.ndarray]:
-    """The arrays :func:`pick_examples` reads, for concept vectors ``X`` (n, k) and class names ``y``.
+def head_outputs(head: FERLHead, X: np.ndarray, y: np.ndarray,
+                 feature_score: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The arrays :func:`pick_examples` reads, for concept vectors ``X`` (n, k) and class names ``y``,
+    at the operating point (`cbm.heads.operating.decide`, with the rows' feature scores when known).
 
     ``y`` holds class names; a class the head never saw gets column -1. ``ood`` is the OOD score of
     the head's kind (:attr:`cbm.heads.FERLHead.ood_kind`).
     """
-    model = head.model_
-    ev = model.evidence(X)
+    dec = decide(head, X, feature_score)
     lookup = {str(c): i for i, c in enumerate(head.classes_)}
-    return {"sets": ev.credal_set, "proba": ev.pignistic, "ignorance": ev.ignorance,
-            "ood": model.ood_score(X, head.ood_kind),
-            "y": np.array([lookup.get(str(v), -1) for v in y], dtype=np.int64)}
+    return {"sets": dec.sets, "proba": dec.evidence.pignistic, "ignorance": dec.evidence.ignorance,
+            "ood": dec.ood_score, "y": np.array([lookup.get(str(v), -1) for v in y], dtype=np.int64)}
 
 
 def explain_example(run: RunView, head_name: str, head: FERLHead, pick: Pick, inputs: str = "calibrated",
@@ -210,9 +207,8 @@ def explain_example(run: RunView, head_name: str, head: FERLHead, pick: Pick, in
     table = run.tables[pick.split]
     x = run.concepts(pick.split, inputs)[pick.row]
     kind = head.ood_kind
-    explanation = head.model_.explain(x, top_k=top_k, kind=kind)
-    with discounting(head.model_) as model:
-        discounted = model.explain(x, top_k=1, kind=kind)
+    feature = None if table.feature_score is None else float(table.feature_score[pick.row])
+    explanation = explain_decision(head, x, feature, top_k=top_k)
     threshold = None if head.ood_threshold_ is None else head.ood_threshold_["value"]
     if threshold is None and "val" in run.tables:
         threshold = M.fit_acceptance_threshold(head.model_.ood_score(run.concepts("val", inputs), kind), 0.95)
@@ -222,7 +218,7 @@ def explain_example(run: RunView, head_name: str, head: FERLHead, pick: Pick, in
     return Example(pick=pick, head=head_name, sample_id=sid, true_class=run.class_names[cls],
                    explanation=explanation, ood_score=float(explanation.ood_score), threshold=threshold,
                    truth=None if truth is None else truth[1], nearest=[] if truth is None else truth[0],
-                   image=run.image(sid), discounted=discounted)
+                   image=run.image(sid))
 
 
 def choose_and_explain(run: RunView, head_name: str = "ferl-deep", inputs: str = "calibrated",
@@ -235,17 +231,24 @@ def choose_and_explain(run: RunView, head_name: str = "ferl-deep", inputs: str =
     Raises
     ------
     FileNotFoundError
-        The head is not in the run.
+        The head is not in the run, or the run has no test table with rows (the file is named).
     ValueError
         The head is not a FERL head.
     """
     head = run.head(head_name, inputs)
     if not isinstance(head, FERLHead):
         raise ValueError(f"head {head_name!r} is not a FERL head; examples need credal sets")
+    if "test" not in run.tables or not run.tables["test"].n_samples:
+        path = run.run_dir / "concepts" / "test.npz"
+        raise FileNotFoundError(f"{path} {'has no rows' if path.exists() else 'not found'}: the report's "
+                                "examples are chosen from the run's test split; export it with "
+                                "train-detector (--export_splits with test, the default) before building "
+                                "the report")
 
     def outputs_of(h: FERLHead) -> dict[str, dict[str, np.ndarray]]:
         names = np.asarray(run.class_names)
-        return {s: head_outputs(h, run.concepts(s, inputs), names[run.tables[s].y])
+        return {s: head_outputs(h, run.concepts(s, inputs), names[run.tables[s].y],
+                                run.tables[s].feature_score)
                 for s in ("test", "novel") if s in run.tables and run.tables[s].n_samples}
 
     others: list[tuple[str, Any]] = []

@@ -27,6 +27,8 @@ import numpy as np
 import pandas as pd
 
 from cbm.detector import concept_metrics
+from cbm.heads import FERLHead
+from cbm.heads.operating import decide
 from cbm.heads.tables import HEAD_LABELS
 from cbm.report.run import RunView
 from ferl.io.persist import current_folder
@@ -106,20 +108,21 @@ def novelty_kind(run_dir: Path, head: str, inputs: str = "calibrated") -> str | 
 
 
 def _set_numbers(run: RunView, name: str, inputs: str) -> dict[str, float | None]:
-    """Coverage, set size, abstention and accuracy when not abstaining of a saved head with credal sets."""
+    """Coverage, answered set size, abstention and accuracy when not abstaining of a saved FERL head at
+    its operating point (`cbm.heads.operating.decide`, what ``predict`` answers); {} for other heads."""
     head = run.head(name, inputs)
-    if not hasattr(head, "predict_set"):
+    if not isinstance(head, FERLHead):
         return {}
     table = run.tables["test"]
     names = np.asarray(run.class_names)[table.y]
     keep = np.isin(names, head.classes_.astype(str))
     X, y = run.concepts("test", inputs)[keep], head.class_index(names[keep])
-    sets = np.asarray(head.predict_set(X), dtype=bool)
-    right = np.argmax(head.predict_proba(X), axis=1) == y
-    # FERL heads abstain with their novelty discount at its operating point, once calibrated
-    discounted = head.discounted_abstain(X) if hasattr(head, "discounted_abstain") else None
-    abstain = sets.all(axis=1) if discounted is None else discounted
-    return {"coverage": float(sets[np.arange(len(y)), y].mean()), "set_size": float(sets.sum(axis=1).mean()),
+    features = None if table.feature_score is None else table.feature_score[keep]
+    dec = decide(head, X, features)
+    sets, abstain = dec.sets, dec.abstained
+    right = np.argmax(dec.evidence.pignistic, axis=1) == y
+    return {"coverage": float(sets[np.arange(len(y)), y].mean()),
+            "set_size": float(sets[~abstain].sum(axis=1).mean()) if (~abstain).any() else None,
             "abstention": float(abstain.mean()),
             "accepted_accuracy": float(right[~abstain].mean()) if (~abstain).any() else None}
 

@@ -1,9 +1,11 @@
 """Split-conformal prediction sets (torch-free).
 
-Three non-conformity scores share one calibration rule (:func:`conformal_quantile`):
+Four non-conformity scores share one calibration rule (:func:`conformal_quantile`):
 
 * ``"aps"``: adaptive prediction sets of Romano, Sesia & Candès (2020), deterministic
   (non-randomised) and tie-conservative;
+* ``"raps"``: regularised APS of Angelopoulos, Bates, Malik & Jordan (2021), APS plus
+  ``lam * max(0, rank - k_reg)``, deterministic and tie-conservative like ``"aps"``;
 * ``"lac"``: global split conformal on ``1 - p_y`` (Vovk et al. 2005; Sadinle et al. 2019);
 * ``"plausibility"``: the paper's "DS-conformal" sets (appendix F), split conformal on
   ``1 - Pl(y)`` where ``Pl`` is FERL's Dempster-Shafer plausibility of the true class.
@@ -19,9 +21,9 @@ from numbers import Real
 
 import numpy as np
 
-__all__ = ["SCORES", "SplitConformal", "aps_scores", "conformal_quantile", "coverage_set"]
+__all__ = ["SCORES", "SplitConformal", "aps_scores", "conformal_quantile", "coverage_set", "raps_scores"]
 
-SCORES = ("aps", "lac", "plausibility")
+SCORES = ("aps", "raps", "lac", "plausibility")
 
 
 def conformal_quantile(scores: np.ndarray, alpha: float) -> float:
@@ -121,6 +123,34 @@ def aps_scores(proba: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return score, above
 
 
+def raps_scores(proba: np.ndarray, k_reg: int, lam: float) -> tuple[np.ndarray, np.ndarray]:
+    """RAPS scores for every class (Angelopoulos et al. 2021), tie-conservative.
+
+    The `aps_scores` pair plus the rank penalty ``lam * max(0, rank - k_reg)``: for ``score`` the
+    rank counts the classes at least as probable as ``c`` (``c`` and its ties included), for
+    ``above`` those strictly more probable, so a class is kept as in ``"aps"`` (its own penalised
+    score within ``q``, or the penalised mass strictly above it below ``q``).
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_samples, n_classes), float in [0, 1]
+    k_reg : int >= 0
+        Classes allowed in a set before the penalty starts.
+    lam : float >= 0
+        Penalty per class past ``k_reg``.
+
+    Returns
+    -------
+    score, above : ndarray of shape (n_samples, n_classes)
+    """
+    p = np.asarray(proba, dtype=float)
+    score, above = aps_scores(p)
+    p_j, p_c = p[:, None, :], p[:, :, None]
+    rank = (p_j >= p_c).sum(axis=2)
+    rank_above = (p_j > p_c).sum(axis=2)
+    return (score + lam * np.maximum(rank - k_reg, 0), above + lam * np.maximum(rank_above - k_reg, 0))
+
+
 def _check_matrix(values: np.ndarray, name: str) -> np.ndarray:
     v = np.asarray(values, dtype=float)
     if v.ndim != 2 or v.shape[0] == 0 or v.shape[1] < 2:
@@ -139,19 +169,38 @@ class SplitConformal:
     ----------
     alpha : float in (0, 1), default=0.1
         Target miscoverage (the paper uses 0.1).
-    score : {"aps", "lac", "plausibility"}, default="aps"
+    score : {"aps", "raps", "lac", "plausibility"}, default="aps"
         ``"aps"``: Romano et al. (2020) adaptive sets in the deterministic form -- class ``c`` is
         kept when the mass strictly above it is below ``q`` (the class that crosses ``q`` is
         kept, so the top class is always in the set) or its own score is ``<= q``. Without the
         randomisation this over-covers (often well above ``1 - alpha`` with few classes).
+        ``"raps"``: the same with the rank penalty of `raps_scores` (Angelopoulos et al. 2021):
+        ``k_reg`` is the split-conformal ``(1 - alpha)`` quantile of the true classes' ranks on the
+        calibration data (the paper takes it from a tuning split; here the same rows, so the
+        guarantee is approximate), ``lam`` the penalty.
         ``"lac"``: ``1 - p_c <= q``. ``"plausibility"``: DS-conformal (paper appendix F),
         ``1 - Pl(c) <= q`` with ``Pl`` the Dempster-Shafer plausibility passed as ``values``.
+
+    lam : float >= 0, default=0.01
+        The ``"raps"`` penalty per class past ``k_reg`` (ignored by the other scores).
+    randomized : bool, default=False
+        ``"aps"`` / ``"raps"``: the randomised scores of the papers, ``above + u (score - above)`` with
+        ``u ~ U(0, 1)`` per row, which reach ``1 - alpha`` instead of over-covering (many classes of
+        small probability make the deterministic sets far wider than needed).
+    random_state : int, default=0
+        Seeds ``u`` (the same draws at every call, so the sets are reproducible).
+    allow_empty : bool, default=False
+        A randomised set may be empty (the papers' exact form: coverage ``1 - alpha`` under
+        exchangeability, not more); False keeps the top class in every set, as the RAPS authors'
+        code does by default, which covers more than ``1 - alpha`` with wider sets.
 
     Attributes
     ----------
     threshold_ : float
         Calibrated ``q`` (``inf`` when the calibration set is too small for ``alpha``).
     n_classes_ : int
+    k_reg_ : int
+        ``"raps"`` only: the classes a set holds before the penalty starts.
 
     Examples
     --------
@@ -162,13 +211,23 @@ class SplitConformal:
     [[True, False]]
     """
 
-    def __init__(self, alpha: float = 0.1, score: str = "aps") -> None:
+    def __init__(self, alpha: float = 0.1, score: str = "aps", lam: float = 0.01, randomized: bool = False,
+                 random_state: int = 0, allow_empty: bool = False) -> None:
         self.alpha = alpha
         self.score = score
+        self.lam = lam
+        self.randomized = randomized
+        self.random_state = random_state
+        self.allow_empty = allow_empty
 
     def _score_matrix(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        if self.score == "aps":
-            return aps_scores(values)
+        if self.score in ("aps", "raps"):
+            score, above = aps_scores(values) if self.score == "aps" else raps_scores(values, self.k_reg_,
+                                                                                      self.lam)
+            if not self.randomized:
+                return score, above
+            u = np.random.default_rng(self.random_state).random((values.shape[0], 1))
+            return above + u * (score - above), None  # Romano et al.'s E(x, c, u), ties spread by u
         return 1.0 - values, None
 
     def fit(self, values: np.ndarray, y: np.ndarray) -> SplitConformal:
@@ -200,6 +259,12 @@ class SplitConformal:
             raise ValueError(f"y must be integer labels of shape ({v.shape[0]},), got {y.shape}")
         if y.min() < 0 or y.max() >= v.shape[1]:
             raise ValueError(f"y has class indices outside [0, {v.shape[1]})")
+        if self.score == "raps":
+            if isinstance(self.lam, bool) or not isinstance(self.lam, Real) or not self.lam >= 0:
+                raise ValueError(f"lam must be a number >= 0, got {self.lam!r}")
+            ranks = (v > v[np.arange(y.size), y][:, None]).sum(axis=1) + 1.0  # 1 = the most probable
+            k_reg = conformal_quantile(ranks, self.alpha)
+            self.k_reg_ = int(min(k_reg, v.shape[1]))
         score, _ = self._score_matrix(v)
         self.threshold_ = conformal_quantile(score[np.arange(y.size), y], self.alpha)
         self.n_classes_ = v.shape[1]
@@ -232,4 +297,6 @@ class SplitConformal:
         sets = score <= self.threshold_
         if above is not None:
             sets |= above < self.threshold_
+        if self.randomized and self.score in ("aps", "raps") and not self.allow_empty:  # keep the top class
+            sets[np.arange(v.shape[0]), np.argmax(v, axis=1)] = True
         return sets

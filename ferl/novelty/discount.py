@@ -57,7 +57,8 @@ from numbers import Real
 
 import numpy as np
 
-__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "POINT_WIDTH", "check_abstain", "discounting",
+__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "POINT_WIDTH", "DiscountPointWarning", "check_abstain",
+           "discounting",
            "fit_discount", "fit_operating_point", "point_reliability", "reliability_curve",
            "typical_reliability"]
 
@@ -142,6 +143,10 @@ def discounting(model, setting=True) -> Iterator:
         model.set_params(novelty_discount=previous)
 
 
+class DiscountPointWarning(UserWarning):
+    """The discount's operating point cannot meet its abstention budget (`fit_operating_point`)."""
+
+
 #: How far past ``tau`` the calibrated reliability halves, in standard deviations of the reference
 #: scores (`fit_operating_point`): steep, so that the operating point, not the curve's shape, decides
 #: which inputs abstain.
@@ -200,7 +205,7 @@ def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarr
     -------
     ndarray of shape (2,), float64
         ``(tau, width)``; ``tau`` is the largest reference score when even that abstains more
-        (with a UserWarning: the credal sets alone abstain more often than ``abstain``).
+        (with a `DiscountPointWarning`: the credal sets alone abstain more often than ``abstain``).
 
     Raises
     ------
@@ -220,7 +225,7 @@ def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarr
         warnings.warn(f"{excess} of the {m} held-out inputs abstain even where the discount leaves them "
                       f"untouched, more than the {budget} that abstain={abstain:.6g} allows: the credal sets "
                       "themselves abstain that often, and the discount adds no abstention",
-                      UserWarning, stacklevel=3)
+                      DiscountPointWarning, stacklevel=3)
         return np.array([ordered[hi], width])
     while lo < hi:
         mid = (lo + hi) // 2

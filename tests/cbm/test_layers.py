@@ -12,7 +12,7 @@ import cbm
 CBM = Path(cbm.__file__).resolve().parent
 #: The stages in data-flow order (`cbm`'s module map), after the plumbing every console script shares.
 STAGES = ("jobs", "runtime", "data", "detector", "concepts", "heads", "openworld", "interventions",
-          "report", "predict", "demo")
+          "shift", "report", "predict", "demo")
 
 
 def _stage(module: str) -> str | None:

@@ -15,7 +15,10 @@ from ferl.novelty.zca import whitening
 
 
 def blas_threads():
-    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+    """Thread counts of the BLAS libraries `one_blas_thread` controls: those loaded when it was first
+    used (a library another package loads later, such as OpenCV's OpenBLAS, is not among them)."""
+    known = {lib.filepath for lib in blas._blas()}
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and i["filepath"] in known]
 
 
 def test_one_blas_thread_limits_only_a_pool_of_several_threads():

@@ -3,7 +3,9 @@
 ``data/model_v0_1`` holds a small FERL-deep model (240 rows, 6 features, 3 classes, 12 rules) saved
 before the ``ferl/`` house move (issue 36), and its read-out on 25 fixed inputs (20 in distribution,
 5 far off), written by that version. A refactor that changes one float of the evidence, the credal
-set, the certificate or a novelty score fails here.
+set or the certificate fails here; the novelty scores, whose sums run through BLAS, may differ in
+their last bits between numpy / OpenBLAS releases (a few units in the last place, seen with numpy
+2.4), so they are held to 1e-13 relative.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def test_novelty_scores_are_bit_for_bit(stored):
     for kind in kinds:
         X = ref["X"]
         score = ablation_score(clf, X, kind) if kind in ABLATION_KINDS else clf.ood_score(X, kind)
-        np.testing.assert_array_equal(score, ref[f"ood_{kind}"], err_msg=kind)
+        np.testing.assert_allclose(score, ref[f"ood_{kind}"], rtol=1e-13, atol=1e-14, err_msg=kind)
 
 
 def test_discounted_read_out_is_bit_for_bit(stored):
@@ -53,6 +55,7 @@ def test_discounted_read_out_is_bit_for_bit(stored):
     clf.set_params(novelty_discount=True)
     try:
         np.testing.assert_array_equal(clf.predict_set(ref["X"]), ref["set_discounted"])
-        np.testing.assert_array_equal(clf.evidence(ref["X"]).ignorance, ref["ignorance_discounted"])
+        np.testing.assert_allclose(clf.evidence(ref["X"]).ignorance, ref["ignorance_discounted"], rtol=1e-13,
+                                   atol=1e-14)
     finally:
         clf.set_params(novelty_discount=False)

@@ -205,3 +205,17 @@ def test_a_learned_model_certifies_nothing(learned):
     clf, X, _ = learned
     np.testing.assert_array_equal(clf.robustness_radius(X[600:620]), np.zeros(20))
     assert clf.explain(X[600]).robustness_radius == 0.0
+
+
+def test_features_used_counts_every_feature_the_learned_weights_read():
+    # two rows: one leaf and no split, yet the learned weights read the features that vary
+    X = np.array([[0.9, 0.1, 0.5, 0.2], [0.1, 0.8, 0.5, 0.3]])
+    learned = FERLClassifier("deep", evidence_weights="learned", random_state=0).fit(X, [0, 1])
+    assert learned.n_rules_ == 1 and learned.features_used_.tolist() == [0, 1, 3]  # was []
+    probe = np.array([[0.5, 0.5, 0.5, 0.25]])
+    for j, moves in ((0, True), (1, True), (2, False), (3, True)):  # feature 2 is constant in training
+        changed = probe.copy()
+        changed[0, j] = 0.9
+        assert (learned.predict_proba(changed) != learned.predict_proba(probe)).any() == moves
+    tree = FERLClassifier("deep", random_state=0).fit(X, [0, 1])
+    assert tree.evidence_weights_ is None and tree.features_used_.tolist() == []  # the tree reads none

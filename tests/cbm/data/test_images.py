@@ -1,6 +1,6 @@
 """Image decoding shared by the data sets and predict (cbm.data.images): 16-bit and float images
 scaled to 8 bits, not clipped to white (issue 34, bug 5); large images reduced while decoding
-(bug 13)."""
+(bug 13); EXIF orientation and transparency read as a viewer shows them."""
 
 from __future__ import annotations
 
@@ -118,3 +118,61 @@ def test_predict_decodes_for_the_detector_and_the_page_at_reduced_size(tmp_path,
     pred = pipe.predict([tmp_path / "big.jpg"])
     write_predictions(pred, tmp_path / "out")
     assert sides == [74, PAGE_IMAGE_SIDE]
+
+
+def _marked(size=(6, 4)) -> np.ndarray:
+    """An RGB image whose every pixel differs (so a turn or a flip shows)."""
+    return np.arange(size[0] * size[1] * 3, dtype=np.uint8).reshape(size[1], size[0], 3)
+
+
+def test_an_exif_orientation_turns_the_image_upright_as_a_viewer_does(tmp_path):
+    pixels = _marked()
+    exif = Image.new("RGB", (1, 1)).getexif()
+    exif[0x0112] = 6  # Orientation: the stored pixels are to be turned 90 degrees clockwise
+    Image.fromarray(pixels).save(tmp_path / "phone.png", exif=exif)
+    upright = np.rot90(pixels, k=-1)
+    np.testing.assert_array_equal(np.asarray(open_rgb(tmp_path / "phone.png")), upright)  # the loaders
+    np.testing.assert_array_equal(read_image(tmp_path / "phone.png"), upright)  # predict
+    np.testing.assert_array_equal(read_image(Image.open(tmp_path / "phone.png")), upright)
+    _photo(tmp_path / "wide.jpg", (800, 600))
+    with Image.open(tmp_path / "wide.jpg") as img:
+        img.save(tmp_path / "phone.jpg", exif=exif, quality=90)
+    assert read_image(tmp_path / "phone.jpg", min_side=146).shape[:2] == (200, 150)  # reduced, upright
+
+
+@pytest.mark.parametrize(("mode", "alpha", "expected"), [
+    ("RGBA", 0, (255, 255, 255)),  # transparent everywhere: white, not the hidden red
+    ("RGBA", 255, (200, 0, 0)),
+    ("RGBA", 128, (227, 128, 128)),  # half over white
+    ("LA", 0, (255, 255, 255)),
+])
+def test_transparent_pixels_are_composited_onto_white(tmp_path, mode, alpha, expected):
+    rgba = np.zeros((3, 5, 4), np.uint8)
+    rgba[..., 0], rgba[..., 3] = 200, alpha
+    img = Image.fromarray(rgba).convert(mode)
+    img.save(tmp_path / "a.png")
+    for read in (read_image(tmp_path / "a.png"), read_image(img), np.asarray(open_rgb(tmp_path / "a.png"))):
+        np.testing.assert_allclose(read, np.broadcast_to(expected, (3, 5, 3)), atol=1)
+
+
+def test_a_palette_with_a_transparent_entry_reads_white_there(tmp_path):
+    img = Image.fromarray(np.array([[0, 1]], np.uint8), mode="L").convert("P")
+    img.putpalette([200, 0, 0, 0, 0, 200])
+    img.info["transparency"] = 0
+    img.save(tmp_path / "p.png")
+    assert read_image(tmp_path / "p.png").tolist() == [[[255, 255, 255], [0, 0, 200]]]
+
+
+@pytest.mark.parametrize(("array", "mode"), [
+    (np.full((600, 400), 257 * 40, np.uint16), "I;16"),
+    (np.full((600, 400), 40, np.uint8), "P"),
+    (np.zeros((600, 400), bool), "1"),
+])
+def test_large_16_bit_palette_and_bilevel_images_are_reduced_not_refused(tmp_path, array, mode):
+    # Image.reduce reads none of these modes: "cannot read image: image has wrong mode" in predict
+    img = Image.fromarray(array)
+    img = img.convert("P") if mode == "P" else img
+    img.save(tmp_path / "big.png")
+    assert Image.open(tmp_path / "big.png").mode == mode
+    small = read_image(tmp_path / "big.png", min_side=146)
+    assert small.shape == (300, 200, 3) and (small == (0 if mode == "1" else 40)).all()

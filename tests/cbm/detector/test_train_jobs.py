@@ -41,15 +41,18 @@ def test_a_signal_at_any_phase_exits_non_zero_saying_what_was_kept(tmp_path, chi
     """Lightning used to swallow SIGTERM during the export (exit 0) and turn SIGINT into a bare exit 1."""
     run, err = tmp_path / "r", tmp_path / "stderr"
     argv = [*ISSUE_ARGS, "--run-dir", str(run)]
+    # the export predicts through a wrapper that gives features and probabilities in one pass
+    owner = "cbm.detector.export import _Outputs as Owner" if where == "predict_step" else \
+        "cbm.detector.module import ConceptDetector as Owner"
     status = child.python(f"""
 import os
 from cbm.detector.cli import train_detector_main
-from cbm.detector.module import ConceptDetector
-real = ConceptDetector.{where}
+from {owner}
+real = Owner.{where}
 def step(self, *args, **kwargs):  # the signal arrives in the middle of this phase
     os.kill(os.getpid(), {int(signum)})
     return real(self, *args, **kwargs)
-ConceptDetector.{where} = step
+Owner.{where} = step
 train_detector_main({argv!r})
 """, stderr=err)
     assert status == 128 + signum, err.read_text()[-2000:]
@@ -96,15 +99,16 @@ def test_a_run_directory_another_job_writes_is_refused(tmp_path, child):
 def test_sigterm_during_the_export_stops_a_library_call_too(tmp_path, monkeypatch):
     """Without a console script's handler, Lightning notes SIGTERM during predict and used to finish."""
     from cbm.data import ConceptDataModule
-    from cbm.detector import ConceptDetector, train_detector
+    from cbm.detector import train_detector
+    from cbm.detector.export import _Outputs
 
-    real = ConceptDetector.predict_step
+    real = _Outputs.predict_step
 
     def predict_step(self, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(ConceptDetector, "predict_step", predict_step)
+    monkeypatch.setattr(_Outputs, "predict_step", predict_step)
     received = []
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))  # not death
     try:

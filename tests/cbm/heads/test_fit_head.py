@@ -171,6 +171,23 @@ def test_bad_probabilities_name_split_row_and_concept(tmp_path, split, value):
     assert not (run / "calibration.json").exists()
 
 
+@pytest.mark.parametrize(("split", "use"), [("train", "the heads are fitted"),
+                                           ("val", "the calibrator and the sets are fitted"),
+                                           ("test", "the heads are evaluated")])
+def test_an_empty_split_is_named_with_its_file(tmp_path, split, use):
+    # were "the test split has 120 rows of 4 class(es) never seen in train", "calibration probs has
+    # no rows" and "probs to calibrate has no rows"
+    run = _write_tables(tmp_path / "run")
+    path = run / "concepts" / f"{split}.npz"
+    table = load_concept_table(path)
+    _rewrite(path, probs=table.probs[:0], concept_labels=table.concept_labels[:0], y=table.y[:0],
+             sample_ids=table.sample_ids[:0])
+    with pytest.raises(SystemExit, match=rf"concepts/{split}.npz of .*run has no rows: {use} on the {split} "
+                                         rf"split; give the {split} split samples"):
+        fit_head_main(["--run", str(run), "--heads", "lr"])
+    assert not (run / "calibration.json").exists()
+
+
 def test_concept_names_differing_between_tables_raise(tmp_path):
     run = _write_tables(tmp_path / "run")
     _rewrite(run / "concepts" / "test.npz", concept_names=np.array(CONCEPTS[:-1] + ["has_part::x"]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -77,6 +78,17 @@ def test_sizes(fitted):
     for name in ("ferl-compact", "ferl-medium", "ferl-deep", "cart"):
         used = fitted[name].concepts_used()
         assert set(used) <= set(range(K)) and 1 <= len(used) == fitted[name].size()["concepts_used"]
+
+
+def test_a_ferl_deep_with_learned_weights_counts_every_concept_it_reads():
+    # a two-row train table: one rule and no split ("1 rules, 0 concepts"), while the learned weights
+    # read the three concepts that vary; lr-restricted sized from it refused to fit
+    X, y, names = np.array([[0.9, 0.1, 0.5, 0.2], [0.1, 0.8, 0.5, 0.3]]), ["a", "b"], ["p", "q", "r", "s"]
+    deep = make_head("ferl-deep", settings="concepts").fit(X, y, names)
+    assert deep.size() == {"rules": 1, "nonzero_weights": None, "concepts_used": 3}
+    assert deep.concepts_used().tolist() == [0, 1, 3] and "1 rules over 3 concepts" in deep.describe()
+    restricted = make_head("lr-restricted", n_concepts=deep.size()["concepts_used"]).fit(X, y, names)
+    assert restricted.size()["concepts_used"] == 3
 
 
 def test_restricted_lr_keeps_the_largest_weight_concepts(fitted):
@@ -285,9 +297,9 @@ def test_a_head_saved_with_an_ablation_kind_of_threshold_asks_for_a_refit(tmp_pa
         head.fit_ood_threshold(X, kind="leaf")
 
 
-def test_a_novelty_calibration_warning_names_its_head():
-    """fit-head calibrates every FERL head in turn: a budget the head's own sets already exceed is
-    said once per head, and the warning says which head (it did not)."""
+def test_the_novelty_calibration_says_nothing_of_the_discount_point_the_product_does_not_read():
+    """fit-head printed one warning per FERL head (8 in the demo) about the learner's novelty-discount
+    point, which the product's operating point does not read: none now."""
     rng = np.random.default_rng(0)
     X = rng.random((180, 5))
     y = np.array([f"c{k:02d}" for k in np.repeat(np.arange(60), 3)])  # the paper's sets abstain on most
@@ -295,5 +307,7 @@ def test_a_novelty_calibration_warning_names_its_head():
     head.fit_sets(X, y, None)
     if not head.predict_set(X).all(axis=1).mean() > 0.05:
         pytest.skip("the sets do not abstain here")
-    with pytest.warns(UserWarning, match=r"^ferl-deep: \d+ of the 180 held-out inputs abstain"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         head.fit_novelty(X, abstain=0.05)
+    assert head.model_.discount_point_ is not None  # the learner keeps its own point

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import runpy
 import shutil
 from pathlib import Path
@@ -85,8 +86,8 @@ def test_custom_example_trains_fits_heads_and_predicts(example, run, tmp_path, c
 def test_pipeline_reproduces_the_runs_concept_tables_and_threshold(example, run):
     pipe = Pipeline.from_run(run, device="cpu", batch_size=4)
     test = load_concept_table(run / "concepts" / "test.npz")
-    probs, errors = pipe.concept_probs([example / "images" / sid for sid in test.sample_ids])
-    assert not errors
+    probs, errors, warnings = pipe.concept_probs([example / "images" / sid for sid in test.sample_ids])
+    assert not errors and not warnings
     np.testing.assert_allclose(probs, test.probs, atol=1e-6)  # same checkpoint, same eval transform
     head = json.loads((current_folder(run / "head" / "ferl-deep" / "calibrated") / "head.json").read_text())
     val = load_concept_table(run / "concepts" / "val.npz")
@@ -144,7 +145,8 @@ def test_in_memory_images_and_unreadable_inputs(example, run, tmp_path, capsys):
     assert pred.rows[0]["ood_score"] == pred.rows[1]["ood_score"]
     assert "no such file" in pred.rows[2]["error"] and "uint8 of shape (H, W, 3)" in pred.rows[3]["error"]
     assert pred.explain(2) is None and pred.explain(0).prediction == pred.rows[0]["class"]
-    assert pred.frame().shape == (4, 15)
+    assert pred.frame().shape == (4, 18) and pipe.input_side == 32  # the run's image_size
+    assert [r["warning"] for r in pred.rows] == [None] * 4  # 32 x 32 images, 32 px input
     assert all(list(r) == list(COLUMNS) for r in pred.rows) and list(pred.frame().columns) == list(COLUMNS)
     with pytest.raises(SystemExit, match="none of the 1 inputs could be read"):
         predict_main(["--run", str(run), "--images", str(tmp_path / "missing.png"), "--out", str(tmp_path)])
@@ -185,6 +187,26 @@ def test_a_concepts_csv_with_a_byte_order_mark_and_an_unknown_device(run, tmp_pa
     for device in ("tpu", "", "cpu:0", "meta"):
         with pytest.raises(ValueError, match="unknown device"):
             Pipeline.from_run(run, device=device)
+
+
+def test_looping_and_broken_links_in_a_folder_get_rows_that_say_so(example, run, tmp_path, capsys):
+    folder = tmp_path / "in"
+    shutil.copytree(example / "new_images", folder)
+    os.symlink("loop.png", folder / "loop.png")
+    os.symlink("gone.png", folder / "broken.png")
+    predict_main(["--run", str(run), "--folder", str(folder), "--out", str(tmp_path / "out"),
+                  "--page", "false"])
+    printed = capsys.readouterr().out
+    assert "predicted 6 of 8 input(s)" in printed and "2 unreadable" in printed  # were "6 of 6"
+    assert "loop.png: a symbolic link that loops" in printed
+    assert "broken.png: a symbolic link to gone.png, which does not exist" in printed
+    loops = tmp_path / "loops"
+    loops.mkdir()
+    for name in ("a.png", "b.png"):
+        os.symlink(name, loops / name)
+    with pytest.raises(SystemExit, match=r"none of the 2 inputs could be read \(.*a.png: a symbolic "
+                                         r"link that loops"):  # was "no image files"
+        predict_main(["--run", str(run), "--folder", str(loops), "--out", str(tmp_path / "out2")])
 
 
 def test_a_missing_image_folder_fails_before_the_run_is_loaded(tmp_path):

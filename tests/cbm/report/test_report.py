@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -54,11 +55,10 @@ def test_tiny_demo_report_has_every_section(tiny):
     assert not re.search(r"\b(typical|leaf|nll|combined) OOD score [-\d]", text)
     assert ("credal set holds exactly two classes" in text) != ("no such example to show" in text)
     assert "was never seen in training; its nearest training class is" in text
-    # every example with its evidence under the novelty discount (issue 14): r(x) in [0, 1]
-    discounted = re.findall(r"With the novelty discount \(`novelty_discount=True`\): reliability r\(x\) = "
-                            r"([0-9.]+), ignorance m\(Θ\) = ([0-9.]+), (abstains|credal set \{[^}]+\})", text)
-    assert len(discounted) == text.count("Prediction:")
-    assert all(0 <= float(r) <= 1 and 0 <= float(m) <= 1 for r, m, _ in discounted)
+    # every example says how reliable its evidence is at the operating point: r(x) in (0, 1]
+    reliable = re.findall(r"The evidence's reliability at the operating point: r\(x\) = ([0-9.]+)", text)
+    assert len(reliable) == text.count("Prediction:")
+    assert all(0 < float(r) <= 1 for r in reliable)
     assert "| FERL-deep (ignorance-discounted) |" in text
     hits = re.search(r"anomalous attributes, (\d+) (is|are) among these", text)
     assert hits and (hits[2] == "is") == (hits[1] == "1")  # "1 is", "0 are", "2 are"
@@ -78,7 +78,7 @@ def test_tiny_demo_report_has_every_section(tiny):
 def test_tiny_demo_state_and_headline(tiny):
     state = json.loads((tiny / "demo_state.json").read_text())
     assert state["complete"]
-    assert state["done"] == ["detector", "heads", "openworld", "interventions", "report"]
+    assert state["done"] == ["detector", "heads", "openworld", "interventions", "shift", "report"]
     assert state["fingerprint"] == fingerprint(TINY)
     lines = headline(tiny)
     assert lines[0].startswith("concept accuracy: train ") and "ferl-deep test accuracy" in lines[1]
@@ -107,6 +107,11 @@ def test_report_errors_name_the_problem(tmp_path, tiny):
         build_report(tiny, head="ferl-compact")
     with pytest.raises(ValueError, match="not a FERL head"):
         build_report(tiny, head="lr")
+    copy = tmp_path / "run"  # was "pick_examples needs the test split's outputs"
+    shutil.copytree(tiny, copy, ignore=shutil.ignore_patterns("test.npz"))
+    with pytest.raises(FileNotFoundError, match=r"concepts/test.npz not found: the report's examples are "
+                                                r"chosen from the run's test split; export it"):
+        build_report(copy)
 
 
 def test_demote_headings():
@@ -213,9 +218,9 @@ def test_interrupted_demo_resumes_from_the_last_checkpoint(tmp_path, monkeypatch
         run_demo(out, TINY, **quiet)
     assert calls[1][0] == "train-detector" and calls[1][1][-2:] == ["--ckpt-path", "last"]
     assert json.loads((out / "demo_state.json").read_text())["done"] == ["detector", "heads"]
-    run_demo(out, TINY, **quiet)  # only the open-world and intervention steps and the report are left
+    run_demo(out, TINY, **quiet)  # only the open-world, intervention and shift steps and the report are left
     assert [c[0] for c in calls] == ["train-detector", "train-detector", "fit-head", "evaluate-openworld",
-                                     "evaluate-openworld", "evaluate-interventions"]
+                                     "evaluate-openworld", "evaluate-interventions", "evaluate-shift"]
     assert json.loads((out / "demo_state.json").read_text())["complete"]
     calls.clear()
     run_demo(out, TINY, **quiet)  # a second run after a finished one starts afresh
@@ -292,22 +297,23 @@ def test_report_opens_with_the_summary_and_stays_short(tiny):
 
 
 def test_summary_numbers_recompute_from_the_saved_heads(tiny):
+    from cbm.heads.operating import decide
     from cbm.report.summary import summary_numbers
-    from ferl.novelty.discount import discounting
 
     run = load_run(tiny)
     s = summary_numbers(run, "ferl-deep", "calibrated", tiny / "openworld")
     row = next(r for r in s.heads if r.name == "ferl-deep")
     head = run.head("ferl-deep")
     X, y = run.concepts("test"), run.tables["test"].y
-    sets = head.predict_set(X)
-    assert head.model_.discount_point_ is not None  # fit-head calibrates the discount's operating point
-    with discounting(head.model_):  # the summary's abstention is the discounted head's
-        keep = ~head.predict_set(X).all(axis=1)
+    assert head.operating_ is not None  # fit-head fits the operating point every command reads
+    dec = decide(head, X, run.tables["test"].feature_score)  # what predict answers on these rows
+    keep = ~dec.abstained
     right = head.predict(X) == np.asarray(run.class_names)[y]
     assert row.abstention == pytest.approx(1 - keep.mean())
     assert row.accepted_accuracy == (pytest.approx(right[keep].mean()) if keep.any() else None)
-    assert row.set_size == pytest.approx(sets.sum(axis=1).mean())
+    assert row.set_size == pytest.approx(dec.sets[keep].sum(axis=1).mean())
+    idx = head.class_index(np.asarray(run.class_names)[y])
+    assert row.coverage == pytest.approx(dec.sets[np.arange(len(y)), idx].mean())
     curves = pd.read_csv(tiny / "interventions" / "curves.csv")
     seq = curves[(curves["head"] == "ferl-deep") & (curves["fit"] == "sequential")
                  & (curves["split"] == "test")]
