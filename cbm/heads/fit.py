@@ -155,10 +155,14 @@ _SPLIT_USES = {"train": "the heads are fitted", "val": "the calibrator and the s
 def _warn_coverage(coverage: float | None, n: int) -> None:
     """Warn when ``n`` val rows cannot certify ``coverage``: split conformal needs
     ``ceil((n + 1) coverage) <= n`` rows, else every credal set holds every class."""
-    if coverage is not None and n and math.ceil((n + 1) * coverage - 1e-9) > n:
+    def certifies(rows: int) -> bool:
+        return math.ceil((rows + 1) * coverage - 1e-9) <= rows
+
+    if coverage is not None and n and not certifies(n):
+        need = next(m for m in range(max(int(coverage / (1 - coverage)) - 1, n), 10**9) if certifies(m))
         warnings.warn(f"--coverage {coverage:g} cannot be certified by the {n} val rows of the training "
                       f"classes: they certify at most {n / (n + 1):.4g} (split conformal needs at least "
-                      f"{math.ceil(coverage / (1 - coverage) - 1e-9)} rows); every FERL credal set will hold "
+                      f"{need} rows); every FERL credal set will hold "
                       "every class. Lower --coverage or give the val split more rows.", UserWarning,
                       stacklevel=3)
 

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import signal
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -354,3 +355,15 @@ def test_cart_compact_has_compact_size_and_the_table_says_what_its_rules_cannot_
     assert f"{most} rules cannot name 20 classes" in table
     saved = load_head(tmp_path / "out" / "head" / "cart-compact" / "raw")  # loads without the size option
     assert saved.size()["rules"] == entry["heads"]["ferl-compact"]["raw"]["size"]["rules"]
+
+
+def test_a_coverage_the_val_split_cannot_certify_is_said(tmp_path):
+    """--coverage 0.9999 with a few val rows exited silently with every set holding every class."""
+    run = _write_tables(tmp_path)
+    n_val = int(np.load(run / "concepts" / "val.npz")["y"].size)
+    with pytest.warns(UserWarning, match=rf"--coverage 0.9999 cannot be certified by the {n_val} val rows.*"
+                                         rf"at most {n_val / (n_val + 1):.4g}.*at least 9999 rows"):
+        fit_head(run, run, heads=["ferl-deep"], coverage=0.9999, compare_train_concepts=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        fit_head(run, run, heads=["ferl-deep"], coverage=0.9, compare_train_concepts=False)
