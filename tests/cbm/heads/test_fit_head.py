@@ -367,3 +367,18 @@ def test_a_coverage_the_val_split_cannot_certify_is_said(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         fit_head(run, run, heads=["ferl-deep"], coverage=0.9, compare_train_concepts=False)
+
+
+def test_one_abstention_line_per_run_not_one_warning_per_head(tmp_path, caplog):
+    """fit-head printed the learner's held-out abstention warning once per FERL head (eight in the
+    demo) about a discount point the product does not read; now one summary line names every head."""
+    run = _write_tables(tmp_path, n_classes=6)
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level("INFO", logger="cbm.heads.fit"):
+        warnings.simplefilter("always")
+        fit_head(run, run, heads=["ferl-compact", "ferl-medium", "ferl-deep"], compare_train_concepts=False)
+    assert not [w for w in caught if "abstain even where the discount" in str(w.message)]
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("abstention on calibrated")]
+    assert len(lines) == 1
+    rates = json.loads((run / "metrics.json").read_text())["fit_head"]["heads"]
+    for name in ("ferl-compact", "ferl-medium", "ferl-deep"):
+        assert f"{name} {100 * rates[name]['calibrated']['abstention_rate']:.1f} %" in lines[0]
