@@ -19,11 +19,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from ferl.evidence.algebra import combine, discount, discount_evidence
-from ferl.evidence.weights import DECISIVE_SHARE, decisive_sources, evidence_from_weights, rule_sources
+from ferl.evidence.weights import (
+    SUFFICIENT_SHARE,
+    evidence_from_weights,
+    rule_sources,
+    sufficient_counts,
+    sufficient_sources,
+)
 from ferl.novelty.scores import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
-__all__ = ["FiredSource", "Explanation", "build_explanation"]
+__all__ = ["PRIOR_DECIDES", "FiredSource", "Explanation", "before_discount", "build_explanation",
+           "sufficient_rule_counts"]
+
+#: What an explanation says where the prior alone reaches the sufficient share of the margin.
+PRIOR_DECIDES = "The prior alone reaches it: the rules' parts cancel out between these two classes."
 
 
 @dataclass(frozen=True)
@@ -97,11 +107,19 @@ class Explanation:
     reliability : float
         ``r(x)`` in [0, 1] of the combined evidence (`ferl.novelty.discount`): the masses above are
         the combined ones discounted by it (1 unless ``novelty_discount`` is ``"typical"``).
-    decisive : tuple of (str, float, float)
-        With learned weights of evidence (``evidence_weights="learned"``): the rules that decide
-        the prediction over the runner-up class, as (rule, source strength s(x), weight of
-        evidence in nats), strongest first, carrying `ferl.evidence.weights.DECISIVE_SHARE` of the
-        decisive weight (`ferl.evidence.weights.decisive_sources`); empty for the tree's evidence.
+    decisive : tuple of (str, float, float, float)
+        With learned weights of evidence (``evidence_weights="learned"``): the sufficient rules, the
+        fewest whose weights of evidence alone, with the prior, reach
+        `ferl.evidence.weights.SUFFICIENT_SHARE` of the margin ``log Pl(prediction) -
+        log Pl(runner_up)`` (`ferl.evidence.weights.sufficient_sources`), strongest first, as (rule,
+        source strength s(x), its part of the margin in nats, that part's share of the margin);
+        empty for the tree's evidence, or where the prior alone decides.
+    runner_up : object or None
+        The class with the second largest BetP (None for a single class).
+    margin : float
+        ``log Pl(prediction) - log Pl(runner_up)`` in nats with learned weights, else 0.
+    prior : float
+        The prior's part of ``margin`` in nats (the weights' intercepts), else 0.
     """
 
     classes: tuple
@@ -121,6 +139,9 @@ class Explanation:
     sources: tuple
     reliability: float = 1.0
     decisive: tuple = ()
+    runner_up: object = None
+    margin: float = 0.0
+    prior: float = 0.0
 
     def to_dict(self) -> dict:
         """JSON-friendly nested dict (per-class values as a list of records)."""
@@ -142,7 +163,10 @@ class Explanation:
                                        strict=True)
             ],
             "anomalous_features": [a._asdict() for a in self.anomalous_features],
-            "decisive": [{"rule": r, "strength": s, "weight": w} for r, s, w in self.decisive],
+            "runner_up": self.runner_up,
+            "margin": self.margin,
+            "prior": self.prior,
+            "decisive": [{"rule": r, "strength": s, "weight": w, "share": q} for r, s, w, q in self.decisive],
             "sources": [
                 {"node": s.node, "rule_id": s.rule_id, "conditions": list(s.conditions), "firing": s.firing,
                  "reliability": s.reliability,
@@ -189,11 +213,16 @@ class Explanation:
         for c, p, b, pl in zip(self.classes, self.probability, self.belief, self.plausibility, strict=True):
             mark = "✓" if c in self.credal_set else ""
             lines.append(f"| {_md(c)} | {p:{f}} | {b:{f}} | {pl:{f}} | {mark} |")
-        if self.decisive:
-            lines += ["", f"**Decisive evidence** (the rules that carry {100 * DECISIVE_SHARE:g} % of the "
-                          "weight of evidence for the prediction over the runner-up)", "",
-                      "| rule | strength s(x) | weight of evidence (nats) |", "|---|---:|---:|"]
-            lines += [f"| {_md(r)} | {s:{f}} | {w:{f}} |" for r, s, w in self.decisive]
+        if self.margin > 0:
+            lines += ["", f"**Sufficient rules**: with the prior ({self.prior:{f}} nats) they alone reach "
+                          f"{100 * SUFFICIENT_SHARE:g} % of the margin log Pl({_md(self.prediction)}) − "
+                          f"log Pl({_md(self.runner_up)}) = {self.margin:{f}} nats"
+                          f"{before_discount(self.reliability)}: without the rules left out, "
+                          f"{_md(self.prediction)} still leads {_md(self.runner_up)}.", ""]
+            rows = [f"| {_md(r)} | {s:{f}} | {w:{f}} | {100 * q:.1f} % |" for r, s, w, q in self.decisive]
+            head = ["| rule | strength s(x) | part of the margin (nats) | share of the margin |",
+                    "|---|---:|---:|---:|"]
+            lines += [*head, *rows] if rows else [PRIOR_DECIDES]
         lines += ["", "**Evidence that fired**", ""]
         if not self.sources:
             lines.append("No rule fired: the input lies outside the training support (vacuous mass).")
@@ -224,6 +253,12 @@ class Explanation:
             lines.append(f"| {_md(a.name)} | {_number(a.score, digits)} | {a.routing_loss:{f}} | "
                          f"{_number(a.deviation, digits)} | {_number(a.anomaly, digits)} |")
         return "\n".join(lines)
+
+
+def before_discount(reliability: float) -> str:
+    """Words to follow the margin of the sufficient rules where the evidence shown is discounted
+    (``reliability`` below 1): the margin is the undiscounted evidence's, the rules' parts add up to it."""
+    return f" (of the evidence before its discount by r(x) = {reliability:.3f})" if reliability < 1 else ""
 
 
 def _number(value: float, digits: int) -> str:
@@ -293,10 +328,12 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
         ))
     in_set = ev.credal_set[0]
     proba = ev.pignistic[0]
-    decisive = ()
-    if weights is not None:
+    decisive, runner_up, margin, prior = (), None, 0.0, 0.0
+    if weights is not None and len(classes) > 1:
         first, second = np.argsort(-paper.pignistic[0], kind="stable")[:2]
-        kept, contribution = decisive_sources(weights[0], strengths[0], int(first), int(second))
+        kept, contribution, margin, prior = sufficient_sources(weights[0], strengths[0], int(first),
+                                                               int(second))
+        runner_up = classes[int(second)]
         n_features = len(model.feature_names_)
 
         def name(j):
@@ -305,8 +342,10 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
             conditions = path_conditions(tree, int(leaves[j - n_features]), model.feature_names_)
             return f"rule {j - n_features}: " + (" AND ".join(c.text for c in conditions) or "TRUE")
 
-        decisive = tuple((name(int(j)), float(strengths[0, j]), float(w))
+        decisive = tuple((name(int(j)), float(strengths[0, j]), float(w), float(w / margin))
                          for j, w in zip(kept, contribution, strict=True))
+    elif len(classes) > 1:
+        runner_up = classes[int(np.argsort(-paper.pignistic[0], kind="stable")[1])]
     return Explanation(
         classes=classes, prediction=classes[int(np.argmax(paper.pignistic[0]))],  # `predict`'s label
         probability=tuple(float(v) for v in proba), belief=tuple(float(v) for v in ev.belief[0]),
@@ -316,5 +355,39 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
         abstain=bool(ev.abstain[0]), firing=float(phi[0, leaves].sum()), ood_score=float(ood_score),
         ood_kind=ood_kind, anomalous_features=tuple(anomalous), robustness_radius=float(radius),
         sources=tuple(sources),
-        reliability=float(evidence_reliability), decisive=decisive,
+        reliability=float(evidence_reliability), decisive=decisive, runner_up=runner_up, margin=margin,
+        prior=prior,
     )
+
+
+def sufficient_rule_counts(model, X) -> np.ndarray:
+    """How many sufficient rules each row's explanation lists (``len(model.explain(x).decisive)``),
+    for many rows at once (beyond the paper: `ferl.evidence.weights.sufficient_sources`).
+
+    Parameters
+    ----------
+    model : FERLClassifier
+        Fitted with ``evidence_weights="learned"``.
+    X : array-like of shape (n_samples, n_features_in_)
+
+    Returns
+    -------
+    ndarray of shape (n_samples,), int64 >= 0
+
+    Raises
+    ------
+    ValueError
+        Bad ``X``, or a model that reads its evidence from the tree (no weights of evidence, so no
+        margin of log-plausibility to split into rules' parts).
+    """
+    weights = model._weights()
+    if weights is None:
+        raise ValueError("sufficient rules need learned weights of evidence (evidence_weights='learned'); "
+                         "this model reads its evidence from the tree")
+    X = model._check_X(X)
+    phi = model.tree_.firing(X, bool(model.bounded_support), model._gate_margin())[0]
+    strengths = rule_sources(X, weights[1], discount(phi, model._reliability(X))[:, model.tree_.is_leaf])
+    if len(model.classes_) < 2:
+        return np.zeros(X.shape[0], dtype=np.int64)
+    order = np.argsort(-evidence_from_weights(weights[0], strengths).pignistic, axis=1, kind="stable")
+    return sufficient_counts(weights[0], strengths, order[:, 0], order[:, 1])

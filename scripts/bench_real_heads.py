@@ -14,10 +14,11 @@ Every head is scored on test with its own confidence (the largest class probabil
   mean size, abstention (every class in the set);
 * FERL's interval-dominance set (paper eq. 4): coverage, size, abstention, and the accuracy on the
   inputs it does not abstain on beside the head's own accuracy on as many of its most confident;
-* FERL: leaves fired per image, and the decisive rules (`ferl.evidence.weights.decisive_sources`:
-  how many rules carry 90 % of the weight of evidence for the prediction), median / 90th
-  percentile / share of images with at most 10; beside it the same for the fewest rules that
-  alone reach 90 % of the margin (`decisive_counts`' second output).
+* FERL: leaves fired per image, and the sufficient rules that `explain` lists (the fewest whose
+  weights of evidence alone, with the prior, reach 90 % of the margin of the prediction over the
+  runner-up: `ferl.explain.sufficient_rule_counts`), median / 90th percentile / share of images
+  with at most 10; beside it the same for the rules that carry 90 % of the positive parts' total
+  (`rule_counts`' first output, an alternative reading).
 
     python scripts/bench_real_heads.py runs/cub50_lite0 [--seeds 0 1 2]
 """
@@ -38,7 +39,8 @@ from cbm.heads.models import CONCEPT_SETTINGS
 from ferl import FERLClassifier
 from ferl import metrics as M
 from ferl.evidence.conformal import SplitConformal
-from ferl.evidence.weights import decisive_sources, rule_sources
+from ferl.evidence.weights import rule_sources
+from ferl.explain import sufficient_rule_counts
 
 COVERAGES = (0.9, 0.95)
 
@@ -61,25 +63,20 @@ def set_metrics(y: np.ndarray, sets: np.ndarray) -> tuple[float, float, float]:
     return M.coverage(y, sets), M.mean_set_size(sets), float(sets.all(axis=1).mean())
 
 
-def decisive_counts(model: FERLClassifier, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """How many rules carry 90 % of the decisive weight of evidence, per input, two ways: of the
-    positive contributions' total (`ferl.evidence.weights.decisive_sources`, what `explain` lists),
-    and the fewest rules, strongest first, whose contributions alone reach 90 % of the margin
-    ``log Pl(top) - log Pl(runner-up)`` (prior source included; a reading measured for issue 32, not
-    the product's)."""
+def rule_counts(model: FERLClassifier, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How many rules explain an input's prediction over the runner-up, two readings: the
+    rules that carry 90 % of the positive parts' total of the margin ``log Pl(top) - log
+    Pl(runner-up)`` (an alternative reading), and the sufficient rules that `explain` lists (the
+    fewest whose parts alone, with the prior, reach 90 % of the margin:
+    `ferl.explain.sufficient_rule_counts`)."""
     fired = model.tree_.sparse_firing(X, bool(model.bounded_support), model._gate_margin())
     strengths = rule_sources(X, model.feature_range_, fired.dense(fired.phi, model.tree_.is_leaf))
     top2 = np.argsort(-model.predict_proba(X), axis=1)[:, :2]
-    weights = model.evidence_weights_
-    listed, sufficient = [], []
-    for s, (a, b) in zip(strengths, top2, strict=True):
-        listed.append(decisive_sources(weights, s, a, b)[0].size)
-        index, contribution = decisive_sources(weights, s, a, b, share=1.0)  # every positive one
-        prior = weights.intercept[a] - weights.intercept[b]
-        margin = prior + ((weights.coef[a] - weights.coef[b]) * s).sum()
-        reached = prior + np.concatenate([[0.0], np.cumsum(contribution)]) >= 0.9 * margin
-        sufficient.append(int(np.argmax(reached)) if reached.any() else index.size)
-    return np.array(listed), np.array(sufficient)
+    coef = model.evidence_weights_.coef
+    parts = np.maximum((coef[top2[:, 0]] - coef[top2[:, 1]]) * strengths, 0.0)
+    ranked = np.cumsum(-np.sort(-parts, axis=1), axis=1)
+    positive = 1 + np.argmax(ranked >= 0.9 * ranked[:, -1:] * (1 - 1e-12), axis=1)
+    return np.where(ranked[:, -1] > 0, positive, 0), sufficient_rule_counts(model, X)
 
 
 def score(name: str, model, X_val, y_val, X_test, y_test) -> dict:
@@ -108,7 +105,7 @@ def score(name: str, model, X_val, y_val, X_test, y_test) -> dict:
         leaf_phi = model.node_firing(X_test)[:, model.tree_.is_leaf]
         row["leaves_fired"] = float((leaf_phi > 0).sum(axis=1).mean())
         if model.evidence_weights_ is not None:
-            for key, counts in zip(("decisive", "sufficient"), decisive_counts(model, X_test), strict=True):
+            for key, counts in zip(("positive", "sufficient"), rule_counts(model, X_test), strict=True):
                 row[key] = (np.median(counts), np.percentile(counts, 90), np.mean(counts <= 10))
     return row
 
@@ -154,20 +151,21 @@ def main() -> None:
         print(f"| {name} | {cell(rows, 'accuracy')} | {cell(rows, 'ece')} | "
               f"{cell(rows, 'aurc', pct=False)} | " + " | ".join(sets) + " |")
     print("\n| FERL head | interval dominance: coverage / size / abstention | share accepted | accuracy "
-          "accepted | own confidence at that share | leaves fired | decisive rules: median / p90 / "
-          "share <= 10 | sufficient rules (not the product's reading): median / p90 / share <= 10 |")
+          "accepted | own confidence at that share | leaves fired | sufficient rules (what explain lists): "
+          "median / p90 / share <= 10 | rules carrying 90 % of the positive parts: median / p90 / "
+          "share <= 10 |")
     print("|---|---|---|---|---|---|---|---|")
     for name, rows in results.items():
         if "interval_dominance" not in rows[0]:
             continue
-        decisive, sufficient = (
+        sufficient, positive = (
             " / ".join((cell(rows, k, 0, False), cell(rows, k, 1, False), cell(rows, k, 2))) if k in rows[0]
-            else "–" for k in ("decisive", "sufficient"))
+            else "–" for k in ("sufficient", "positive"))
         key = "interval_dominance"
         dominance = " / ".join((cell(rows, key, 0), cell(rows, key, 1, False), cell(rows, key, 2)))
         print(f"| {name} | {dominance} | {cell(rows, 'accepted', 0)} | {cell(rows, 'accepted', 1)} | "
-              f"{cell(rows, 'accepted', 2)} | {cell(rows, 'leaves_fired', pct=False)} | {decisive} | "
-              f"{sufficient} |")
+              f"{cell(rows, 'accepted', 2)} | {cell(rows, 'leaves_fired', pct=False)} | {sufficient} | "
+              f"{positive} |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ over ``--fold-seeds``, on the calibrated (cross-fitted, where the run has them) 
 a ``train-detector`` run; val and test are not read. Each candidate is the chosen settings with one
 change; for each: accuracy (std over the folds), ECE (15 bins), AURC with the head's own confidence
 (largest BetP; 0-100 scale), CPU seconds per fit (one thread), rules, and the share of inputs whose
-prediction at most 10 rules decide (`ferl.evidence.weights.decisive_sources`, 90 % of the weight).
+prediction at most 10 sufficient rules decide (`ferl.explain.sufficient_rule_counts`).
 
     python scripts/study_concept_settings.py runs/cub50_lite0 [--fold-seeds 0 1 2]
 """
@@ -18,7 +18,6 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMB
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -30,9 +29,7 @@ from cbm.data.concept_tables import load_concept_table  # noqa: E402
 from cbm.heads.models import CONCEPT_SETTINGS  # noqa: E402
 from ferl import FERLClassifier  # noqa: E402
 from ferl import metrics as M  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_real_heads import decisive_counts  # noqa: E402
+from ferl.explain import sufficient_rule_counts  # noqa: E402
 
 #: Each candidate: what it changes in the chosen settings.
 CANDIDATES: dict[str, dict] = {
@@ -76,7 +73,7 @@ def main() -> None:
             pred = proba.argmax(axis=1)
             rows.append((M.accuracy(truth, pred), M.expected_calibration_error(truth, proba),
                          M.aurc(truth, pred, proba.max(axis=1)), seconds, model.n_rules_,
-                         np.mean(decisive_counts(model, X[held])[0] <= 10)))
+                         np.mean(sufficient_rule_counts(model, X[held]) <= 10)))
         acc, ece, aurc, seconds, rules, short = np.array(rows).T
         print(f"| {label} | {100 * acc.mean():.1f} ({100 * acc.std():.1f}) | {100 * ece.mean():.1f} | "
               f"{aurc.mean():.2f} | {seconds.mean():.2f} | {rules.mean():.0f} | {100 * short.mean():.1f} % |",

@@ -40,7 +40,7 @@ from cbm.heads.tables import HEAD_LABELS, heads_markdown
 from cbm.jobs import console_main, phase
 from cbm.report.curves import curves_section
 from cbm.report.examples import EXAMPLE_KINDS, Example, choose_and_explain
-from cbm.report.explanation import short_markdown
+from cbm.report.explanation import short_markdown, sufficient_section
 from cbm.report.interventions import interventions_section
 from cbm.report.openworld import openworld_sections
 from cbm.report.plots import (
@@ -233,7 +233,8 @@ def build_report(
               "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "
               "plausibility reaches the largest belief (interval dominance); an abstention is a set of every "
               f"class. Each table lists the {TOP} most probable classes (and the true one) and the {TOP} "
-              "rules that fired most.", ""]
+              "rules that fired most.", "",
+              *sufficient_section(model.model_, run.concepts("test", inputs), label)]
     for kind in EXAMPLE_KINDS:
         lines += _example_section(kind, examples[kind], head, written)
     depth = None if model.model_.n_rules_ <= TREE_RULES else TREE_DEPTH

@@ -3,7 +3,8 @@
 :meth:`ferl.explain.Explanation.to_markdown` lists every class and every fired rule, which on a
 20-class run is a page of zeros per example. :func:`short_markdown` keeps what a reader looks at:
 the decision, the ``top`` classes by pignistic probability (plus the true class where it is not
-among them), the ``top`` rules by firing with their three largest masses, and the anomalous
+among them), the sufficient rules (learned weights of evidence: the fewest rules that decide the
+prediction over the runner-up), the ``top`` rules by firing with their three largest masses, and the anomalous
 attributes. The certified radius is printed only where it is informative (above 0: a gate active or
 a tied top class make it 0 by construction).
 """
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferl.explain import Explanation
+from ferl.evidence.weights import SUFFICIENT_SHARE
+from ferl.explain import PRIOR_DECIDES, Explanation, before_discount, sufficient_rule_counts
 
-__all__ = ["short_markdown"]
+__all__ = ["short_markdown", "sufficient_section"]
 
 
 def _md(value: object) -> str:
@@ -60,6 +62,22 @@ def _rules(ex: Explanation, top: int) -> list[str]:
     return lines
 
 
+def _sufficient(ex: Explanation, top: int) -> list[str]:
+    """The sufficient rules (`ferl.explain.Explanation.decisive`), at most ``top`` of them."""
+    if ex.margin <= 0:
+        return []
+    lines = ["**Sufficient rules**: with the prior they alone reach "
+             f"{100 * SUFFICIENT_SHARE:g} % of the margin log Pl({_md(ex.prediction)}) − log "
+             f"Pl({_md(ex.runner_up)}) = {ex.margin:.3f} nats{before_discount(ex.reliability)}.", ""]
+    if not ex.decisive:
+        return [*lines, PRIOR_DECIDES, ""]
+    lines += ["| rule | strength s(x) | share of the margin |", "|---|---:|---:|"]
+    lines += [f"| {_md(r)} | {s:.3f} | {100 * q:.1f} % |" for r, s, _, q in ex.decisive[:top]]
+    rest = len(ex.decisive) - top
+    more = ["", f"{rest} more sufficient rule{'s' if rest > 1 else ''}."] if rest > 0 else []
+    return [*lines, *more, ""]
+
+
 def short_markdown(ex: Explanation, top: int = 5, truth: object | None = None) -> str:
     """Markdown of one explanation: decision, top classes, top fired rules, anomalous attributes.
 
@@ -90,10 +108,48 @@ def short_markdown(ex: Explanation, top: int = 5, truth: object | None = None) -
     lines = [f"**Prediction: {_md(ex.prediction)}**, {verdict}. Ignorance m(Θ) = {ex.ignorance:.3f}, "
              f"conflict {ex.conflict:.3f}, leaf firing {ex.firing:.3f}, "
              f"{ex.ood_kind} OOD score {ex.ood_score:.3g}{radius}.",
-             "", *_classes(ex, top, truth), "", "**Evidence that fired**", "", *_rules(ex, top), "",
+             "", *_classes(ex, top, truth), "", *_sufficient(ex, top), "**Evidence that fired**", "",
+             *_rules(ex, top), "",
              "**Anomalous attributes**" + ("" if ex.ood_kind == "typical" else
                                            " (scores: parts of the typical OOD score)"), "",
              "| attribute | score | routing loss | leaf deviation |", "|---|---:|---:|---:|"]
     lines += [f"| {_md(a.name)} | {a.score:.3g} | {a.routing_loss:.3f} | {a.deviation:.3g} |"
               for a in ex.anomalous_features]
     return "\n".join(lines)
+
+
+#: Bins of the sufficient rules' count in the report's table: one per count up to 5, then ranges.
+COUNT_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 10), (11, None))
+
+
+def sufficient_section(model, X: np.ndarray, label: str) -> list[str]:
+    """Markdown lines: how many sufficient rules the explanations of ``X`` list, over the split.
+
+    Parameters
+    ----------
+    model : ferl.FERLClassifier
+        The head's fitted model; one that reads its evidence from the tree has no sufficient rules
+        and gets no lines.
+    X : ndarray of shape (n, k), float in [0, 1]
+        The test split's concept vectors, in the head's inputs.
+    label : str
+        The head's name in the text.
+
+    Returns
+    -------
+    list of str
+    """
+    if getattr(model, "evidence_weights_", None) is None or len(X) == 0:
+        return []
+    counts = sufficient_rule_counts(model, X)
+    q50, q90 = np.quantile(counts, [0.5, 0.9])
+    bins = [str(a) if a == b else (f"{a}–{b}" if b else f"> {a - 1}") for a, b in COUNT_BINS]
+    lines = [f"How much an explanation of {label} needs to say: its sufficient rules, the fewest whose "
+             f"weights of evidence alone, with the prior, reach {100 * SUFFICIENT_SHARE:g} % of the "
+             "margin of log-plausibility of the prediction over the runner-up. Over the "
+             f"{len(counts)} test images: median {q50:g}, 90th percentile {q90:g}, at most 10 rules for "
+             f"{100 * np.mean(counts <= 10):.1f} % of them.", "",
+             "| sufficient rules | " + " | ".join(bins) + " |", "|---|" + "---:|" * len(COUNT_BINS)]
+    shares = [np.mean((counts >= a) & (counts <= (np.inf if b is None else b))) for a, b in COUNT_BINS]
+    lines.append("| test images | " + " | ".join(f"{100 * v:.1f} %" for v in shares) + " |")
+    return [*lines, ""]

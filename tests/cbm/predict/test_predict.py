@@ -79,6 +79,8 @@ def test_custom_example_trains_fits_heads_and_predicts(example, run, tmp_path, c
     page = (tmp_path / "out" / "predictions.md").read_text()
     assert "## 6. `blue_square_05.png`" in page and "Not predicted: " in page and "**Prediction: " in page
     assert "when its joint OOD score exceeds" in page and page.count("joint OOD score = ") == 6
+    # each page names the sufficient rules of its prediction (FERL-deep reads learned weights)
+    assert page.count("**Sufficient rules**: with the prior (") == 6
     for i in range(1, 7):
         assert (tmp_path / "out" / "predictions" / f"{i}.png").read_bytes()[:8] == PNG
 

@@ -340,3 +340,17 @@ def test_short_explanation_lists_the_top_classes_and_the_true_one(tiny):
     assert ("certified radius" in text) == (ex.robustness_radius > 0)
     with pytest.raises(ValueError, match="top must be a positive integer"):
         short_markdown(ex, top=0)
+
+
+def test_report_gives_the_sufficient_rules_count_over_the_test_split(tiny):
+    """The explanations list the sufficient rules; the report says how many over the test split."""
+    from ferl.explain import sufficient_rule_counts
+
+    run = load_run(tiny)
+    model = run.head("ferl-deep", "calibrated").model_
+    counts = sufficient_rule_counts(model, run.concepts("test", "calibrated"))
+    text = (tiny / "report.md").read_text()
+    assert (f"Over the {counts.size} test images: median {np.median(counts):g}, 90th percentile "
+            f"{np.quantile(counts, 0.9):g}, at most 10 rules for {100 * np.mean(counts <= 10):.1f} %") in text
+    assert f"| test images | {100 * np.mean(counts == 0):.1f} % | {100 * np.mean(counts == 1):.1f} % |" in text
+    assert "**Sufficient rules**: with the prior they alone reach 90 % of the margin" in text
