@@ -1,4 +1,5 @@
-"""FERL heads beside the baselines a user would pick, on a run's real concept vectors (issue 32).
+"""FERL heads beside the baselines a user would pick, on a run's real concept vectors
+(docs/results/real-heads.md).
 
 Reads a run made by ``train-detector`` and ``fit-head`` (``concepts/{train_crossfit or train,val,
 test}.npz`` and ``calibration.json``) and fits, on the calibrated train concepts, for each head seed:
@@ -65,7 +66,7 @@ def decisive_counts(model: FERLClassifier, X: np.ndarray) -> tuple[np.ndarray, n
     """How many rules carry 90 % of the decisive weight of evidence, per input, two ways: of the
     positive contributions' total (`ferl.evidence.weights.decisive_sources`, what `explain` lists),
     and the fewest rules, strongest first, whose contributions alone reach 90 % of the margin
-    ``log Pl(top) - log Pl(runner-up)`` (prior source included; a reading measured for issue 32, not
+    ``log Pl(top) - log Pl(runner-up)`` (prior source included; the sufficiency reading, measured beside
     the product's)."""
     fired = model.tree_.sparse_firing(X, bool(model.bounded_support), model._gate_margin())
     strengths = rule_sources(X, model.feature_range_, fired.dense(fired.phi, model.tree_.is_leaf))
