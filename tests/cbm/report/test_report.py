@@ -245,7 +245,7 @@ def test_figures_draw_the_run_values(tiny):
     clf = run.head("ferl-deep").model_
     leaves = [t for t in tree_figure(clf).axes[0].texts if t.get_text().startswith("rule ")]
     assert len(leaves) == clf.n_rules_
-    # drawn to depth 2: every rule is a leaf box there or counted in a grey box (issue 35)
+    # drawn to depth 2: every rule is a leaf box there or counted in a grey box (a readable figure)
     texts = [t.get_text() for t in tree_figure(clf, max_depth=2).axes[0].texts]
     counted = sum(int(t.split()[0]) for t in texts if t.endswith("rules\nbelow"))
     assert counted + sum(t.startswith("rule ") for t in texts) == clf.n_rules_ and counted > 0
@@ -277,7 +277,7 @@ def test_demo_passes_threads_to_every_console_script(tmp_path):
 
 # ----------------------------------------------------------------------------- the first screen
 def test_report_opens_with_the_summary_and_stays_short(tiny):
-    """Issue 35: a summary table in the first 40 lines, the whole report at most 400 lines."""
+    """A summary table in the first 40 lines, the whole report at most 400 lines."""
     lines = (tiny / "report.md").read_text().splitlines()
     assert len(lines) <= 400
     top = "\n".join(lines[:40])
