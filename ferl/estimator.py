@@ -132,8 +132,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         model's own score (``True`` only; the abstention rate of held-out inputs is then the one
         asked for); ``BetP``'s argmax, hence ``predict``, is unchanged. ``"rules"``: every source's firing
         ``phi_o`` by its own leaf typicality ``r_o(x)`` (`ferl.novelty.reliability`). On the
-        synthetic open world (``scripts/bench_openworld_novelty.py``) ``"typical"`` makes several
-        times more held-out images abstain while retained test images stay under issue 14's 5 %,
+        synthetic open world (``scripts/bench_openworld_novelty.py``) ``"typical"`` makes many
+        more held-out images abstain while retained test images stay under the 5 % target,
         and the ignorance ranks held-out images far better than the paper's (still below the
         ``"typical"`` score itself); ``"rules"`` reaches less. On the KEEL sets
         (``scripts/bench_novelty_tabular.py``) set coverage and set size grow a little. Figures in

@@ -3,7 +3,7 @@
 What the paper fixes is kept: rule budgets 15 / 50 / 200 (main text; appendix G gives 150 for
 deep), bootstrapped learned cuts (B = 25) for medium and deep, leaves-only evidence for deep. The
 paper's fixed low / medium / high quantile partitions of compact are one argument away
-(``partition="fixed"``) but no longer its default (see "Compact" below). What the paper leaves
+(``partition="fixed"``) but not its default (see "Compact" below). What the paper leaves
 open, or what we changed after measuring it, is listed below with the reason. Studies ran on the
 30 KEEL sets of ``scripts/bench_tabular.py`` (5 outer folds, seed 0): every candidate was fitted on
 a fold's fit part and *chosen* by accuracy on the fold's calibration part, or by CV inside the
@@ -13,7 +13,8 @@ The figures of every study below, with their commands, are in docs/results/prese
 Split criterion (medium and deep: ``gain="entropy"``, beyond the paper; compact: see below).
 Weighted Gini gives every clean split of k equally weighted classes the same gain, 1/k, whether it
 peels off one class or halves them, so best-first growth on clean many-class concept vectors peeled
-one class per level and the depth-12 tree stopped as a chain (issue 19's 50-class reproducer).
+one class per level and the depth-12 tree stopped as a chain (the 50-class reproducer of
+``tests/ferl/test_tree.py``).
 Information gain prefers the balanced clean split (its gain is the entropy of the split's
 proportions) and fits the reproducer with a shallow tree; on the 30 KEEL sets it is neutral, within
 fold noise. ``gain="gini"`` restores the paper's WGI; ``"cci"`` is the paper's CCI. For compact CCI
@@ -32,40 +33,41 @@ Rule budget and the number of classes (``rules_per_class``, beyond the paper). T
 ``max(max_rules, rules_per_class * n_classes)``: medium grows up to 1 rule per class, deep up to
 4; the KEEL sets (at most 11 classes) keep 50 / 200. On the CUB-shaped set of ``python
 scripts/bench_scale.py --sections cub`` (200 classes) the paper's 200 rules bind and do not beat
-CART on every seed; with 4 rules per class the budget no longer binds (growth stops on its own, within
-issue 15's time budget) and deep beats CART on every seed tried, with 2 it did not. An explicit
-``max_rules`` is an exact budget: ``FERLClassifier("deep", max_rules=200)`` is the paper's deep
-on any number of classes.
+CART on every seed; with 4 rules per class the budget does not bind (growth stops on its own,
+within the fit-time target of docs/results/speed.md) and deep beats CART on every seed tried, with
+2 it did not. An explicit ``max_rules`` is an exact budget: ``FERLClassifier("deep",
+max_rules=200)`` is the paper's deep on any number of classes.
 
 Evidence of compact (leaves, the paper says all nodes). All-node evidence lowered compact's
 calibration-part accuracy in every configuration tried; ``evidence_nodes="all"`` restores the
 paper's read-out.
 
-Compact (learned cuts, Gini, ``min_samples_leaf=0.005``, pruned at ``ccp_alpha=0.005``; the
-paper: fixed partitions, CCI, unpruned). The paper leaves open how compact stops and prunes, and
-its fixed partitions were the measured cause of compact's gap to a CART of its size. The study
-(``python scripts/study_compact.py --out DIR --candidate NAME PARAM=VALUE ...``, 3-fold CV inside
-each outer training fold, beside a CART with ``max_leaf_nodes`` = the candidate's rule count on the
-same rows) chose the highest inner-CV accuracy among candidates with at most 10 rules on average
-(the issue's bound). On the test folds the chosen compact ties the same-size CART within noise,
-where the fixed partitions lost to it. Causes, one by one: the fixed partitions; the former 2 %
-leaf floor, which kept trees from isolating small classes. The read-out is not a cause: on the
-sets compact lost most, Dempster, the firing-weighted average and the most-fired leaf agree, while
-compact's training accuracy was below the same-size CART's (the trees, not the read-out, were
-behind). Gini, not entropy: with 15 rules a chain of one-class rules is what the budget allows.
-Pruning (Algorithm 1 leaves it optional) is weakest-link cost-complexity pruning of the soft
-training error (`ferl.tree.pruning`): at ``alpha = 0`` it undoes the splits that change no training
-prediction, as the former merge of agreeing leaves did, at 0.005 it undoes those that save less
-than half a percent of the training weight per rule, which keeps the mean under 10 rules while the smaller
-leaf floor lets the tree grow where it pays. Stopping earlier instead (``min_gain``) cost more.
+Compact (learned cuts, Gini, ``min_samples_leaf=0.005``, pruned at ``ccp_alpha=0.005``; the paper:
+fixed partitions, CCI, unpruned). The paper leaves open how compact stops and prunes, and its fixed
+partitions were the measured cause of compact's gap to a CART of its size. The study (``python
+scripts/study_compact.py --out DIR --candidate NAME PARAM=VALUE ...``, 3-fold CV inside each outer
+training fold, beside a CART with ``max_leaf_nodes`` = the candidate's rule count on the same rows)
+chose the highest inner-CV accuracy among candidates with at most 10 rules on average (a rule list
+short enough to read at a glance). On the test folds the chosen compact ties the same-size CART
+within noise, where the fixed partitions lost to it. Causes, one by one: the fixed partitions; a
+leaf floor of 2 % of the training weight, which kept trees from isolating small classes. The
+read-out is not a cause: on the sets compact lost most, Dempster, the firing-weighted average and
+the most-fired leaf agree, while compact's training accuracy was below the same-size CART's (the
+trees, not the read-out, were behind). Gini, not entropy: with 15 rules a chain of one-class rules
+is what the budget allows. Pruning (Algorithm 1 leaves it optional) is weakest-link cost-complexity
+pruning of the soft training error (`ferl.tree.pruning`): at ``alpha = 0`` it undoes the splits that
+change no training prediction, as merging agreeing leaves would, at 0.005 it undoes those that save
+less than half a percent of the training weight per rule, which keeps the mean under 10 rules while
+the smaller leaf floor lets the tree grow where it pays. Stopping earlier instead (``min_gain``)
+cost more.
 
-Compact on many classes (issue 15). A rule that isolates one class of a balanced ``C``-class
+Compact on many classes. A rule that isolates one class of a balanced ``C``-class
 problem saves at most ``1 / C`` of the training error, so at ``ccp_alpha=0.005`` pruning undid every
 split from ``C = 200`` on: the CUB-shaped set of ``scripts/bench_scale.py`` got 1 rule. The
 preset's alpha is therefore capped at ``1 / (2 C)``, which leaves every set of at most 100 classes
 (all 30 KEEL sets, CUB-50, the demo) exactly as studied above; an explicit ``ccp_alpha`` is exact.
-On the CUB-shaped set compact then keeps its 15 rules and stays within half a point of a CART of
-15 leaves (15 rules can name at most 15 of the 200 classes).
+On the CUB-shaped set compact then keeps its 15 rules and ties a CART of 15 leaves within noise
+(15 rules can name at most 15 of the 200 classes).
 
 Compact on calibrated concepts. Per-concept isotonic calibration maps most values of a concept to
 exactly 0 (or 1): on the demo's concepts (``make demo``) the 20 / 40 / 60 / 80 % quantiles tie on
@@ -81,7 +83,7 @@ interval per feature.
 
 Minimum band width (``min_width=0.05``, all learned variants; the paper gives no value). The
 floor of a learned split's half-width, as a fraction of the feature's 1st-99th percentile spread.
-Raising it from 0.001 to 0.05 of the feature's range raised FERL-deep's accuracy and set coverage
+A floor of 0.05 rather than 0.001 of the feature's range raised FERL-deep's accuracy and set coverage
 on the KEEL sets; the percentile spread, rather than the range, keeps skewed features from
 drowning in one band (spambase, page-blocks).
 

@@ -1,4 +1,5 @@
-"""FERL heads beside the baselines a user would pick, on a run's real concept vectors (issue 32).
+"""FERL heads beside the baselines a user would pick, on a run's real concept vectors
+(docs/results/real-heads.md).
 
 Reads a run made by ``train-detector`` and ``fit-head`` (``concepts/{train_crossfit or train,val,
 test}.npz`` and ``calibration.json``) and fits, on the calibrated train concepts, for each head seed:

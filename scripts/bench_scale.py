@@ -1,4 +1,5 @@
-"""How FERL's fit and read-out scale: a CUB-shaped set, the KEEL sets, N, d and C (issue 15).
+"""How FERL's fit and read-out scale: a CUB-shaped set, the KEEL sets, N, d and C
+(docs/results/speed.md).
 
 Every time is CPU time (``time.process_time``) of one thread (the BLAS, OpenMP and numba pools are
 pinned to one thread before anything is imported), measured side by side in this run, numba
@@ -10,7 +11,7 @@ warm-up excluded; calls shorter than ``--min-time`` are repeated and averaged. S
   and one pass), test accuracy and rules of every FERL variant, of ``FERL-deep-c`` (fit-head's
   configuration, `cbm.heads.models.CONCEPT_SETTINGS`, calibrated with ``calibrate_novelty`` on the
   held-out rows as fit-head does), CART and logistic regression; the product's fit time and
-  one-pass read-out against issue 32's targets (CART's ``predict``) and LR's ``predict_proba``;
+  one-pass read-out against its targets (CART's ``predict``) and LR's ``predict_proba``;
   FERL-deep's accuracy-vs-``max_rules`` curve.
 * ``keel``: the KEEL sets (stratified folds of min-max scaled data): every FERL variant's fit
   time and credal read-out over CART's fit and ``predict``, the read-out both as three calls

@@ -1,4 +1,4 @@
-"""Tabular benchmark of issue 4: FERL and baselines on KEEL data sets, beside the paper's numbers.
+"""Tabular benchmark: FERL and baselines on KEEL data sets, beside the paper's numbers.
 
 Examples
 --------

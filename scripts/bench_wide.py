@@ -1,12 +1,12 @@
 """FERL-deep fit time on wide inputs (few rows, many features): the diagonal leaf Gaussians against the
-full-covariance ones, side by side (issue 34, bug 12; `ferl.novelty.leaf_fit_diag`).
+full-covariance ones, side by side (`ferl.novelty.leaf_fit_diag`).
 
 With fewer training rows than features the fit keeps the leaf Gaussians' variances only; the full
 covariances it used before cost d x d memory and d^3 time per distinct correlation matrix. For each
 width d this prints the CPU time of one fit (one thread: run with ``OMP_NUM_THREADS=1``), the
 diagonal one and, up to ``--full-up-to``, the full one (forced by lifting the rule), their ratio,
 and each one's growth from the previous width (linear: the width ratio). The numba warm-up of both
-is run before the first row. The full fit at 2 x 10,000 took some 276 s (issue 34).
+is run before the first row. The full fit at 2 x 10,000 takes minutes (docs/results/speed.md).
 
     OMP_NUM_THREADS=1 python scripts/bench_wide.py [--n 2] [--widths 500 1000 2000 5000 10000]
                                                    [--full-up-to 2000]

@@ -2,7 +2,7 @@
 
 Each round forks a process that saves two versions alternately into one folder, as fast as it can,
 and kills it with SIGKILL after a random delay (uniform in [0, --max-delay]); then the folder is
-loaded and must equal one of the two versions. Three kinds of folder (issue 18):
+loaded and must equal one of the two versions. Three kinds of folder:
 
 * ``model``: a FERL model (``FERLClassifier.save``);
 * ``head``: a concept head (``ConceptHead.save``: ``head.json``, the model's files, ``rules.md``);

@@ -11,7 +11,7 @@ pixels, drawn with PIL from a seed.
 together in training (blue squares in pairs, single blue circles, single red squares): a detector
 trained on per-class concepts only learns a concept apart from the others it co-occurs with where
 the training classes vary them independently. With only ``red_circle``, ``blue_circle`` and
-``red_square`` (the example before issue 35), a small detector read every blue square as a circle
+``red_square`` (an earlier version of the example), a small detector read every blue square as a circle
 ("blue" had only ever come with "circle"), and no head can flag what the concepts do not show.
 
 Examples

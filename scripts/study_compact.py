@@ -1,4 +1,4 @@
-"""FERL-compact against a CART of its own size on the KEEL sets (issue 16; `ferl.presets`).
+"""FERL-compact against a CART of its own size on the KEEL sets (`ferl.presets`).
 
 Every candidate is a set of `FERLClassifier` parameters over ``variant="compact"``. On each data
 set and outer fold of the tabular benchmark (`ferl.benchmarks.protocol`: the same splits, fit /

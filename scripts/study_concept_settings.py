@@ -1,4 +1,5 @@
-"""Cross-validate FERL-deep's concept settings on a run's train concepts (issue 32).
+"""Cross-validate FERL-deep's concept settings on a run's train concepts
+(docs/results/real-heads.md).
 
 The study that chose ``cbm.heads.models.CONCEPT_SETTINGS["deep"]``: stratified 3-fold CV, repeated
 over ``--fold-seeds``, on the calibrated (cross-fitted, where the run has them) **train** concepts of

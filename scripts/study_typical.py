@@ -1,4 +1,4 @@
-"""Variants of FERL's ``"typical"`` OOD score (`ferl.novelty.prototypes`; issue 14), by AUROC in %.
+"""Variants of FERL's ``"typical"`` OOD score (`ferl.novelty.prototypes`), by AUROC in %.
 
 **Units and residual** (always): ``"typical"`` as shipped (the ``"leaf"`` term ``T / d + F``
 without the paper's residual, `ferl.novelty.scores.LEAF_RESIDUAL` = 0; the prototype distance in training

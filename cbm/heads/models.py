@@ -35,25 +35,26 @@ CART_FILE = "model.skops"
 FERL_SETTINGS = ("concepts", "learner")
 
 #: `FERLClassifier` parameters of the FERL heads on concept vectors (``settings="concepts"``; ``fit-head
-#: --ferl-settings``, default ``concepts``), by variant; beyond the paper. FERL-deep reads its evidence
-#: from learned weights of evidence (`ferl.evidence.weights`): the paper's combination of about 60 partly
-#: fired leaves is under-confident and less accurate than a logistic regression on noisy concept vectors,
-#: and the learned weights pool every concept as one-condition rules beside the tree's rules. Its bands are
-#: half the concept's spread (``min_width=0.5``): on near-binary concept probabilities every bootstrap cut
-#: falls in the same gap, the learned half-width is 0 and the tree routes crisply, so one wrong concept
-#: sends an image down the wrong branch. Both were chosen by cross-validation on the train split of a
-#: CUB-50 run (val and test not read): ``scripts/bench_concept_heads.py`` for the bands, the 3-fold CV of
-#: docs/results/real-heads.md for the weights (there ``min_samples_leaf=1`` with 8 rules per class, the
-#: tree-evidence setting, gained nothing and doubled the fit time). Five bootstrap cuts instead of 25
-#: (``n_bootstrap=5``): with bands this wide the half-width is ``min_width`` whatever the cuts' spread, so
-#: the bootstrap only places the cut; the same CV repeated over three fold seeds gave the same accuracy,
-#: ECE and AURC with a fifth of the split search's sweeps, and the open worlds (CUB-50, synthetic) the same
-#: novelty. One rule per class (``rules_per_class=1``): the preset's floor of 200 rules binds up to 200
-#: classes, so CUB-50 and the demo keep their budgets; past it, 4 rules per class missed issue 32's time
-#: budget at 200 classes, and on the CV one rule per class was within the folds' spread of four. Medium and
-#: compact keep their presets; the learner's defaults stay those chosen on the 30 KEEL sets (`ferl.presets`).
-#: Figures and commands: docs/results/concept-heads.md (bands, the tree evidence) and
-#: docs/results/real-heads.md (weights, the CV of these settings: ``scripts/study_concept_settings.py``).
+#: --ferl-settings``, default ``concepts``), by variant; beyond the paper. FERL-deep's, each with its reason:
+#:
+#: * ``evidence_weights="learned"`` (`ferl.evidence.weights`): the paper's combination of many partly fired
+#:   leaves is under-confident and less accurate than a logistic regression on noisy concept vectors; the
+#:   learned weights pool every concept as one-condition rules beside the tree's rules.
+#: * ``min_width=0.5`` (bands half a concept's spread wide): on near-binary concept probabilities every
+#:   bootstrap cut falls in the same gap, the learned half-width is 0 and the tree routes crisply, so one
+#:   wrong concept would send an image down the wrong branch.
+#: * ``n_bootstrap=5``: with bands this wide the half-width is ``min_width`` whatever the cuts' spread, so
+#:   the bootstrap only places the cut, and five cuts place it as well as 25 with a fifth of the sweeps.
+#: * ``rules_per_class=1``: the preset's floor of 200 rules binds up to 200 classes, so CUB-50 and the demo
+#:   keep their budgets; past it, more rules per class would miss the fit-time target at 200 classes
+#:   (docs/results/speed.md) without measurable gain.
+#:
+#: Chosen by measurement, by cross-validation on the train split of a CUB-50 run (val and test not read):
+#: docs/results/concept-heads.md (the bands, ``scripts/bench_concept_heads.py``) and
+#: docs/results/real-heads.md (the weights, the bootstrap and the budget,
+#: ``scripts/study_concept_settings.py``).
+#: Medium and compact keep their presets; the learner's defaults stay those chosen on the 30 KEEL sets
+#: (`ferl.presets`).
 CONCEPT_SETTINGS: dict[str, dict] = {
     "compact": {},
     "medium": {},

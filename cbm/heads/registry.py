@@ -6,13 +6,13 @@ name               model
 ``ferl-compact``   ``FERLClassifier(variant="compact")``
 ``ferl-medium``    ``FERLClassifier(variant="medium")``
 ``ferl-deep``      ``FERLClassifier(variant="deep")``; with the FERL heads' option
-                   ``settings="concepts"`` (``fit-head``'s default) ``min_width=0.5,
-                   min_samples_leaf=1, rules_per_class=8`` over the preset
-                   (`cbm.heads.models.CONCEPT_SETTINGS`)
+                   ``settings="concepts"`` (``fit-head``'s default) the concept-vector
+                   settings over the preset: learned weights of evidence, wide bands, few
+                   bootstrap cuts (`cbm.heads.models.CONCEPT_SETTINGS`)
 ``cart``           ``DecisionTreeClassifier(random_state=seed)`` (scikit-learn defaults)
 ``cart-compact``   the same CART grown best-first to ``max_leaf_nodes`` leaves: as many as
                    the FERL-compact head has rules (fitted with it), compact's same-size
-                   baseline (issue 16)
+                   baseline (a tree of as many rules, to tell the learner from its budget)
 ``lr``             ``LogisticRegression(max_iter=2000)`` (L2, C=1, multinomial)
 ``lr-restricted``  the same LR refitted on only ``n_concepts`` concepts (the paper's
                    "concept-restricted LR": as many concepts as the FERL-deep tree uses),

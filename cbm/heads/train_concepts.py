@@ -62,8 +62,8 @@ def resolve_train_concepts(choice: str, has_crossfit: bool) -> str:
     them sees the inputs it will be given. On the val split (never test; ``python
     scripts/compare_train_concepts.py runs/cub50_lite0 runs/openworld/cub50_lite0/seed0/fold*``, CUB-50)
     in-sample concepts did a little better on average for FERL-medium and CART, cross-fitted ones
-    for FERL-deep, each within the spread over runs; the learner measured then still collapsed into
-    chains on these concepts (issue 19). Figures in docs/results/concept-heads.md. The other
+    for FERL-deep, each within the spread over runs (measured with the weighted-Gini learner that
+    grows chains on these concepts, `ferl.presets`). Figures in docs/results/concept-heads.md. The other
     sources are always reported beside.
 
     Raises

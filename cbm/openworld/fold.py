@@ -74,10 +74,9 @@ __all__ = [
     "run_fold",
 ]
 
-#: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused).
-#: 12: val calibrated out of sample (`crossfit_calibrate`); 13: each FERL head's own kind of OOD score;
-#: 14: the novelty discount at its operating point; 15: the ``joint`` score; 16: the baselines at the
-#: discount's retained rate; 17: FERL-deep's concept settings of issue 32 (5 bootstrap cuts).
+#: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused), so
+#: a change to what a fold computes (the heads' settings, the scores, the operating point) bumps it and
+#: stale folds are never read back as current.
 RESULT_VERSION = 18
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
@@ -207,8 +206,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     cal = ConceptCalibrator().fit(tables["val"].probs, tables["val"].concept_labels, concept_names)
     _record(steps, "calibration", tables["val"].y, fold.retained, fold)
     X = {p: cal.transform(tables[p].probs, concept_names) for p in PARTS}
-    # val's own rows calibrated in-sample are cleaner than test's: a threshold fitted on them flagged
-    # 6-10 % of retained test images instead of 5 % (CUB-50, seed 0); fit-head calibrates them so too
+    # val's own rows calibrated in-sample are cleaner than test's, so a threshold fitted on them flags
+    # more retained test images than it should (docs/results/openworld.md); fit-head calibrates them so too
     X["val"] = crossfit_calibrate(tables["val"].probs, tables["val"].concept_labels, concept_names, seed=seed)
     source = resolve_train_concepts(settings.train_concepts, CROSSFIT_SPLIT in tables)
     if source == "cross-fitted":
@@ -295,7 +294,7 @@ def run_fold(table: SampleTable, fold: ClassFold, seed: int, fold_dir: str | os.
         Explain ``settings.examples_per_fold`` held-out images.
     keep_checkpoints : {"none", "best", "all"}
         Detector checkpoints kept once the fold's concept tables are exported (a fold's two
-        checkpoints take about 120 MB for the synthetic resnet10t, far more for a ResNet-50);
+        checkpoints are the detector's full weights, twice: sizes in docs/results/openworld.md);
         also applied to a finished fold that is read back. What is left is recorded in
         ``detector.checkpoints``; deleted checkpoints cannot come back (retrain with
         ``overwrite``).

@@ -5,8 +5,8 @@ which a held-out class differs from its nearest retained class).
 OOD is the positive class and scores grow with novelty (the conventions of :mod:`ferl.metrics`,
 which computes every number here).
 
-Two ground truths: :func:`anomaly_ground_truth` compares class profiles (the issue's definition,
-the only one for class-level concept labels such as AwA2's), :func:`image_anomaly_ground_truth`
+Two ground truths: :func:`anomaly_ground_truth` compares class profiles (the only
+ground truth class-level concept labels such as AwA2's allow), :func:`image_anomaly_ground_truth`
 compares each image's own concept labels with the retained class profiles (it differs where images
 deviate from their class profile, as in the synthetic world with ``p_swap > 0``).
 """
@@ -136,8 +136,9 @@ def precision_at_k(ranked: np.ndarray, truth: np.ndarray, k: int) -> np.ndarray:
 def detection_at_rate(scores: dict[str, dict[str, np.ndarray]], names: Sequence[str],
                       rate: float) -> dict[str, float]:
     """Each baseline's share of held-out test inputs flagged when it flags ``rate`` of the retained
-    ones: the comparison of issue 33's operating point (the novelty discount's abstention on
-    held-out inputs against a baseline thresholded to flag as many retained inputs).
+    ones: how the product's operating point is compared (the novelty discount's abstention on
+    held-out inputs against a baseline thresholded to flag as many retained inputs), so that each
+    score is judged at the false-alarm rate a user meets.
 
     Parameters
     ----------

@@ -121,7 +121,8 @@ def run_openworld(
         with the same configuration are reused).
     keep_checkpoints : {"none", "best", "all"}
         Detector checkpoints each trained fold keeps; the protocol itself needs only the exported
-        concept tables (default ``none``: 15 folds of the synthetic run would keep 1.7 GB).
+        concept tables (default ``none``: every fold's checkpoints add up; sizes in
+        docs/results/openworld.md).
     table : SampleTable, optional
         An already-loaded data set (then ``data.dataset`` only picks the transform defaults).
     config_text : str, optional

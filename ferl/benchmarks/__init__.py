@@ -1,4 +1,4 @@
-"""Tabular benchmark of FERL against baselines on KEEL data sets (issue 4; paper §4-5, appendices).
+"""Tabular benchmark of FERL against baselines on KEEL data sets (paper §4-5, appendices).
 
 Modules: :mod:`~ferl.benchmarks.keel` (loader), :mod:`~ferl.benchmarks.protocol` (folds, scaling,
 per-fold evaluation), :mod:`~ferl.benchmarks.methods` (method registry),

@@ -10,7 +10,7 @@ Dedicated detectors (same scaled features as FERL): class-conditional Mahalanobi
 shared Ledoit-Wolf covariance (Lee et al. 2018), distance to the k-th nearest training neighbour
 (k = 5, Sun et al. 2022) and Isolation Forest (Liu et al. 2008). FERL's own scores (`ferl_score`) are
 every kind of `FERL_OOD_KINDS`: the product's default ``typical`` first, then the ablation kinds
-(`ferl.benchmarks.ood_kinds`: its two parts ``leaf`` and ``prototype``, the former defaults ``nll``
+(`ferl.benchmarks.ood_kinds`: its two parts ``leaf`` and ``prototype``, the other weightings ``nll``
 and ``combined`` and the paper's ``residual`` and ``firing``) and the product's ``ignorance``; with
 learned weights of evidence the product's ``energy``; plus ``ignorance-discounted``: the ignorance
 m(Theta) of the same fitted model with ``novelty_discount`` on. A model without ``ood_score`` is

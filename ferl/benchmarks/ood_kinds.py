@@ -7,14 +7,14 @@ studies (`ferl.benchmarks.ood`, the open-world protocol's appendix, ``scripts/be
 * ``leaf``: the leaf Gaussians' negative log-likelihood per feature plus ``-log(eps + firing)``, one
   of the two tails of ``typical``;
 * ``prototype``: the L1 distance to the nearest rule prototype, in training ranges, its other tail;
-* ``nll`` and ``combined``: former defaults (``leaf`` with half the paper's residual; half the
-  residual plus the firing term);
+* ``nll`` and ``combined``: other weightings of the same terms (``leaf`` with half the paper's
+  residual; half the residual plus the firing term);
 * ``residual``: the paper's free-feature Mahalanobis average (eq. 3, its "native residual");
 * ``firing``: ``1 -`` the total leaf firing, the routing mass lost to the gates (eq. 8).
 
 Formulas: `ferl.novelty.scores.Novelty.score`. `ablation_score` reads them with the same read-out
-as ``ood_score`` (`ferl.readout.mixin.read_score`), so they are the floats ``ood_score(X, kind)``
-gave before the product's kinds were narrowed.
+as ``ood_score`` (`ferl.readout.mixin.read_score`), so they are the floats the read-out's own scores
+are made of.
 """
 
 from __future__ import annotations

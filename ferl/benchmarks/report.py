@@ -51,8 +51,8 @@ def render_report(result: BenchmarkResult, command: str = "") -> str:
         f"{n_sets} data sets x {n_folds} folds, {result.elapsed / 60:.1f} min wall clock."
         + (f" Command: `{command}`" if command else "")
         + "\nRates on the 0-100 scale, mean ± std over data sets of fold means; '(paper)' columns"
-        " quote the paper's 30-data-set means (issue 4); '–' = not reported / not run.\n",
-        "## Targets (issue 4)\n", T.table_targets(main, result.ood),
+        " quote the paper's 30-data-set means; '–' = not reported / not run.\n",
+        "## Targets (what the reproduction must reach)\n", T.table_targets(main, result.ood),
         "## Table 1 - accuracy, size and selective risk\n", T.table_main(main),
         "## Table 2 - set-valued prediction (native FERL sets; APS for MLP-Conformal, alpha=0.1)\n",
         T.table_sets(main),

@@ -1,4 +1,4 @@
-"""Run the whole tabular benchmark: data sets x folds x studies (issue 4).
+"""Run the whole tabular benchmark: data sets x folds x studies.
 
 For every data set and fold: the methods of :mod:`ferl.benchmarks.methods`
 (:func:`ferl.benchmarks.protocol.run_methods`), then, when FERL is importable, the

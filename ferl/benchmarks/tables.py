@@ -32,7 +32,7 @@ __all__ = [
     "table_targets",
 ]
 
-#: The paper's reported means (issue 4), keyed by table and row.
+#: The paper's reported means, keyed by table and row.
 PAPER: dict[str, dict[str, dict[str, float]]] = {
     "main": {
         "ferl-deep": {"accuracy": 83.23, "aurc": 9.21},
@@ -286,7 +286,7 @@ def _means(rows: pd.DataFrame, key: str, metric: str) -> dict[str, float]:
 
 
 def table_targets(main: pd.DataFrame, ood: pd.DataFrame) -> str:
-    """The issue's targets: our value, the bound it must meet, and whether it is met."""
+    """The reproduction's targets: our value, the bound it must meet, and whether it is met."""
     acc, aurc = _means(main, "method", "accuracy"), _means(main, "method", "aurc")
     cov, size = _means(main, "method", "coverage"), _means(main, "method", "set_size")
     auroc = _means(ood, "detector", "auroc")

@@ -70,8 +70,8 @@ def coverage_set(plausibility: np.ndarray, scores: np.ndarray, coverage: float) 
     plausible class, so that a set is never empty (which only adds coverage). Under
     exchangeability of the held-out and the new inputs it covers the true class with probability
     at least ``coverage``. Chosen over the interval-dominance gap ``max Bel - Pl(c)`` as the score
-    (beyond the paper, by measurement on a CUB-50 run's val / test split: at 90 % coverage the
-    plausibility sets had a quarter of the gap's size; `scripts/bench_real_heads.py`).
+    (beyond the paper): at the same coverage the plausibility sets are much smaller on real
+    concept vectors (chosen by measurement: docs/results/real-heads.md).
 
     Parameters
     ----------

@@ -26,7 +26,7 @@ The constants (`DISCOUNT_QUANTILES` = (0.9, 0.995), `DISCOUNT_SLOPE` = 0.05) wer
 synthetic open world (``python scripts/bench_openworld_novelty.py ROOT --quantiles Q0,Q1 --slope
 DELTA`` on the concept tables of ``evaluate-openworld --config configs/openworld/synthetic.yaml``)
 and checked on the calibration parts of the 30 KEEL sets (never their test parts): among the
-settings that meet issue 14's abstention targets (held-out images at least 40 %, retained test
+settings that meet the abstention targets (held-out images at least 40 %, retained test
 images at most 5 %, here with a margin), the one whose discounted ignorance ranks held-out images
 best. On the KEEL test folds (``scripts/bench_novelty_tabular.py``) accuracy is unchanged by
 construction, set coverage and mean set size grow a little, and the discounted ignorance ranks
@@ -181,7 +181,7 @@ def check_abstain(abstain) -> float:
 def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarray:
     """The novelty discount's operating point on held-out in-distribution inputs (beyond the paper).
 
-    The issue-33 decision: what a user meets is the operating point, so it is set directly: the
+    What a user meets is the operating point, so it is set directly rather than left to the curve: the
     smallest ``tau`` among the reference scores (bisection on their order) at which at most
     ``k = m - ceil((1 - abstain)(m + 1))`` of the ``m`` reference inputs abstain with the discount
     at ``(tau, width)``: the split-conformal count, so that a new input exchangeable with them

@@ -1,6 +1,6 @@
 """Free-feature Gaussians of paper eq. 3: per node, a firing-weighted Gaussian of every feature off
 the node's root-to-node path, with a variance floor; and the fit-time check that keeps every
-novelty score finite (issue 18). Read by `ferl.novelty.scores`, which re-exports these names.
+novelty score finite on any feature scale. Read by `ferl.novelty.scores`, which re-exports these names.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ __all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians",
 #: Variance floor of the free-feature Gaussians, as a fraction of the feature's training variance
 #: (a feature constant over the whole training set uses 1 instead of its variance): a feature
 #: constant within a node gets ``sigma^2 = VAR_FLOOR * var_f`` and hence a finite score. The
-#: leave-one-class-out AUROC moved by less than 0.005 between 1e-3 and 1e-1.
+#: leave-one-class-out ranking hardly depends on it between 1e-3 and 1e-1 (docs/results/novelty.md).
 VAR_FLOOR = 1e-2
 #: Smallest training variance of a non-constant feature that `fit` accepts: below it the floored
-#: variance would leave float64's normal range (issue 18: a feature scaled by 1e-160).
+#: variance would leave float64's normal range (a feature scaled by 1e-160 gave inf / NaN scores).
 MIN_VARIANCE = np.finfo(np.float64).tiny / VAR_FLOOR
 
 
@@ -137,7 +137,7 @@ def check_variances(tree: FuzzyTree, feature_range: np.ndarray, feature_names) -
     """Raise ValueError naming the features whose training variance float64 cannot hold.
 
     A non-constant feature (``feature_range`` lo < hi) needs a finite root variance of at least
-    `MIN_VARIANCE`; with it every novelty score is finite for every finite input (issue 18).
+    `MIN_VARIANCE`; with it every novelty score is finite for every finite input.
 
     Parameters
     ----------

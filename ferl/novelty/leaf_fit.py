@@ -2,7 +2,7 @@
 leaf's moments with their fold-out versions shrunk to it, and the cross-fitted leaf NLLs (numba).
 
 Compiled passes replaced a per-node loop of numpy calls whose Python overhead dominated small trees
-(the same values to 1e-15; timings in docs/results/speed.md). Per leaf and fold the sums are taken
+(the same values up to round-off; timings in docs/results/speed.md). Per leaf and fold the sums are taken
 on rows centred at the leaf's mean, so a fold-out moment costs no pass over the rows
 (`ferl.novelty.fold_moments`); memory beyond the outputs is one set of moments and the pooled
 covariances.
@@ -11,7 +11,8 @@ A leaf below ``SUPPORT d`` (`ferl.novelty.typicality`) gets its mean and varianc
 its second moments) and the pooled correlations; its fold-out NLLs scale the row by the leaf's own
 standard deviations and solve with the Cholesky factor of the pooled correlations, factorised once
 per fold for all such leaves; that keeps the fit on a CUB-shaped set (``python scripts/bench_scale.py
---sections cub``: 6,000 rows, 112 concepts, 200 classes) within issue 15's time budget.
+--sections cub``: 6,000 rows, 112 concepts, 200 classes) within its fit-time target
+(docs/results/speed.md).
 
 ``SUPPORT = KAPPA / 2`` was chosen when the shrinkage target was the parent's covariance, against
 ``KAPPA`` and no ``SUPPORT``, with a refit on another bootstrap seed as the noise: the ``nll``

@@ -56,8 +56,8 @@ def _terms(X, start, count, rows, phi0, lost, feature, n_free, mean, inv_sd, res
     ``mean[o]``, ``inv_sd[o]`` (n_nodes, d) are node ``o``'s free-feature Gaussian with 0 at its
     path features (`ferl.novelty.scores.free_gaussians`), so summing over all ``d`` features adds exact
     zeros for the path ones: a dense loop the compiler vectorises, where gathering the free
-    features one by one was bound by the latency of its additions (``R`` moves by at most 7e-16
-    relative). A node's entries are taken four at a time, sharing the node's loads and summing side
+    features one by one was bound by the latency of its additions (``R`` moves by round-off
+    only). A node's entries are taken four at a time, sharing the node's loads and summing side
     by side. Timings at 10^5 rows: docs/results/speed.md.
     """
     n, d = X.shape

@@ -183,8 +183,8 @@ def _nearest(U, centres_t, centres, reach, parts):
     """Nearest row of ``centres`` (k, d) in L1 to each row of the standardised inputs ``U``, and the
     float64 parts ``|u_f - centres[j, f]|`` at it (written to ``parts``, n x d). Per row, the sums
     over the prototypes run in float32 in the inner loop (`_accumulate` over ``centres_t``, (d, k),
-    vectorised; a loop over the features with an early exit per prototype was several times
-    slower at d = 10 and 112, docs/results/speed.md). The prototypes
+    vectorised; a loop over the features with an early exit per prototype was slower at
+    d = 10 and 112, docs/results/speed.md). The prototypes
     whose float32 sum lies within its error bound of the smallest, ``4 (d + 2) eps32 (sum_f |u_f|
     + reach)`` (``reach`` the largest ``sum_f |mu_lf|``; infinite where a value passed
     `F32_MAX`), are compared in float64: the nearest is exact (first on ties)."""

@@ -3,13 +3,13 @@
 `ferl.novelty.typicality` fits the leaf Gaussians and the reliability's ``(tau, lambda)``; here they turn
 leaf typicality scores into reliabilities ``r_l(x)`` and those into every node's.
 
-Below ``tau`` the reliability was 1, so the ignorance of every input under ``tau`` was the paper's,
-blind to novelty, and the discounted ignorance ranked held-out classes far below the ``nll`` score.
-A gentle slope ``delta`` below ``tau`` (beyond the paper) keeps typical inputs' masses within
-``delta`` of the paper's (``r >= 1 - delta``) and lets the ignorance rank them by typicality.
-``delta`` = `TYPICAL_DISCOUNT` = 0.01 gets two thirds of the ranking gain of the steepest slope
-tried while typical masses move by at most 1 %; steeper slopes rank better but abstain on more
-retained inputs. Chosen on the synthetic open world
+With a reliability of 1 below ``tau`` the ignorance of every input under ``tau`` would be the
+paper's, blind to novelty, and the discounted ignorance would rank held-out classes far below the
+``nll`` score. A gentle slope ``delta`` below ``tau`` (beyond the paper) keeps typical inputs'
+masses within ``delta`` of the paper's (``r >= 1 - delta``) and lets the ignorance rank them by
+typicality. ``delta`` = `TYPICAL_DISCOUNT` = 0.01 gets most of the ranking gain of the steepest
+slope tried while typical masses move by at most ``delta``; steeper slopes rank better but abstain
+on more retained inputs. Chosen on the synthetic open world
 (``scripts/bench_openworld_novelty.py``) and checked on 30 KEEL sets x 5 folds
 (``scripts/bench_novelty_tabular.py``); figures in docs/results/novelty.md ("The per-source
 discount").

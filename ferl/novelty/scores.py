@@ -25,14 +25,14 @@ rule prototype's distance among the training rows' scores, summed by Fisher's me
 **``leaf``** = ``T(x) / d + LEAF_RESIDUAL R(x) + log(1 + eps) - log(eps + firing(x))``, nats: the leaf
 Gaussians' negative log-likelihood per feature, a share of the paper's residual (none by default)
 and the negative log of the routing mass reaching the leaves (geometric novelty). The ``R`` weight
-was first chosen for ``leaf`` alone by leave-one-class-out on the *calibration* parts of the
+of ``leaf`` on its own was chosen by leave-one-class-out on the *calibration* parts of the
 tabular benchmark's folds (never the test folds; ``python scripts/bench_novelty.py --datasets
 multiclass --seeds 0,1,2,3,4 --studies select``) and on the synthetic open world: 1/4 ranked best on
 KEEL, the weights nearly tied on the synthetic world, and CUB-50 preferred none. As a term of the
 default ``typical`` it is 0 (`LEAF_RESIDUAL`): ``typical`` ranked better without it on KEEL and
 CUB-50 and the same on the synthetic world (``python scripts/study_typical.py --keel``). Without
-``R`` the leaf term loses most on correlated pixels (satimage) and on yeast. The former default
-``nll`` (``T / d + R / 2``) was chosen the same way; scaling the two terms by their cross-fitted
+``R`` the leaf term loses most on correlated pixels (satimage) and on yeast. The ablation kind
+``nll`` (``T / d + R / 2``) was weighed the same way; scaling the two terms by their cross-fitted
 spreads, or a Gaussian mixture over the leaves, did no better. Figures: docs/results/novelty.md
 ("The ``leaf`` score and the paper's residual").
 """
@@ -249,8 +249,8 @@ class Novelty:
           negative log-likelihood per feature, a share of the paper's residual (none by default) and
           the negative log of the routing mass reaching the leaves, in nats, ``>= 0`` (how chosen:
           module docstring).
-        * ``"nll"``: ``T(x) / d + R(x) / 2 + log(1 + eps) - log(eps + firing(x))`` (the former default).
-        * ``"combined"``: ``R(x) / 2 + log(1 + eps) - log(eps + firing(x))`` (the former default).
+        * ``"nll"``: ``T(x) / d + R(x) / 2 + log(1 + eps) - log(eps + firing(x))`` (an ablation kind).
+        * ``"combined"``: ``R(x) / 2 + log(1 + eps) - log(eps + firing(x))`` (an ablation kind).
         * ``"residual"``: ``R(x)``, the paper's residual (eq. 3).
         * ``"firing"``: ``1 - sum_l phi_l(x)``, the routing mass lost to the gates (eq. 8).
         * ``"ignorance"``: ``m(Theta)``, the combined ignorance mass (passed in ``ignorance``).

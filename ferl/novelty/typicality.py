@@ -4,7 +4,7 @@ Paper eq. 3 gives every node a *diagonal* Gaussian over its free features. Here 
 (rule) also gets a *full-covariance* Gaussian ``N(mu_l, Sigma_l)`` over **all** features, fitted on
 the training inputs weighted by their ungated firing ``phi0_l(x_i)`` and sample weights, in
 standardised units ``u = (x - center) / scale`` (the training mean and standard deviation), so that
-no statistic underflows or overflows whatever the feature scales (issue 18). A leaf sees few
+no statistic underflows or overflows whatever the feature scales. A leaf sees few
 inputs, so its covariance is shrunk to the *pooled within-leaf covariance* ``S_w`` (the leaves'
 weighted covariances about their own means, averaged with their soft counts; regularised
 discriminant analysis, Friedman 1989): leaf ``l`` with soft count ``n_l`` and weighted covariance
@@ -16,13 +16,14 @@ variances. Correlations need more data than variances: a leaf whose soft count i
 whitening's ``R^{-1/2}``, the cross-fit's Choleskys) run once for all small leaves (`ferl.novelty.leaf_fit`,
 `ferl.novelty.zca`).
 
-The target was first the parent's covariance, shrunk along the tree (each node to its parent, small
-leaves borrowing their nearest supported ancestor's correlations). The tree's chain fitted each
-small leaf to the mixture of classes above it; the pooled covariance is the within-class spread
-every leaf shares; it ranked held-out classes better on the synthetic open world and CUB-50 and
-slightly worse on KEEL. ``SUPPORT`` keeps the fit within issue 15's time budget on many classes,
-at a small cost in ranking on KEEL. Measured with ``scripts/bench_openworld_novelty.py`` and
-``scripts/bench_novelty_tabular.py``; figures in docs/results/novelty.md ("The leaf Gaussians").
+Why the pooled covariance rather than the parent's (each node shrunk to its parent along the
+tree, small leaves borrowing their nearest supported ancestor's correlations): along the tree's
+chain a small leaf is fitted to the mixture of classes above it, while the pooled covariance is the
+within-class spread every leaf shares; it ranked held-out classes better on the synthetic open
+world and CUB-50 and slightly worse on KEEL. ``SUPPORT`` keeps the fit within its fit-time target
+on many classes (docs/results/speed.md), at a small cost in ranking on KEEL. Chosen by measurement
+(``scripts/bench_openworld_novelty.py``, ``scripts/bench_novelty_tabular.py``):
+docs/results/novelty.md, "The leaf Gaussians".
 
 Per leaf and input the negative log-likelihood, up to a constant shared by all leaves and inputs,
 is ``nll_l(x) = d2_l(x) / 2 + logdet(Sigma_l / RIDGE) / 2 >= 0`` with ``d2_l`` the squared
@@ -92,8 +93,8 @@ CROSS_FIT = 5
 #: Quantiles of the cross-fitted training leaf typicality scores where the reliability starts to
 #: fall and where it reaches 1/2.
 RELIABILITY_QUANTILES = (0.9, 0.96)
-#: A leaf's rows are whitened in one BLAS product from this many on, one by one below (a BLAS
-#: call costs a few microseconds: measured with 5-row and 920-row read-outs, d = 8 and 57).
+#: A leaf's rows are whitened in one BLAS product from this many on, one by one below: a BLAS
+#: call's fixed cost outweighs a few rows' work (chosen by measurement: docs/results/speed.md).
 BLAS_ROWS = 8
 #: Standardised inputs are clipped to ``[-Z_MAX, Z_MAX]``: scores stay finite for any finite input.
 Z_MAX = 1e100

@@ -44,10 +44,10 @@ _THREAD = threading.local()
 def thread_scratch() -> Scratch:
     """The calling thread's entry buffers, kept from one read-out to the next.
 
-    Fresh buffers cost every read-out their page faults (a few percent of a 10^5-row credal
+    Fresh buffers cost every read-out their page faults (a visible share of a large credal
     read-out; docs/results/speed.md). One per thread,
     so read-outs in concurrent threads never share buffers; what a thread keeps is its largest
-    chunk's entries (about 32 bytes per node a row reaches, times `CHUNK` rows: 6 MB there). No
+    chunk's entries (about 32 bytes per node a row reaches, times `CHUNK` rows). No
     output of `read_out` is a view into them.
     """
     scratch = getattr(_THREAD, "scratch", None)

@@ -90,7 +90,8 @@ class ReadoutMixin:
         return discounted(self.tree_, self.leaf_gaussians_, X, fired, leaf_nll)[1]
 
     def _sources(self) -> np.ndarray:
-        # An explicit `evidence_nodes` is read at inference, else the one fixed at fit (issue 18)
+        # An explicit `evidence_nodes` is read at inference, else the one fixed at fit: a later `variant`
+        # must not change what a fitted tree reads out
         tree = self.tree_
         nodes = self.evidence_nodes if self.evidence_nodes is not None else self.evidence_nodes_
         if nodes == "leaves":
@@ -252,8 +253,8 @@ class ReadoutMixin:
         Equal to ``predict_set(X)``, ``evidence(X)`` and ``ood_score(X, kind)`` (the same floats),
         at the cost of one read-out instead of three: the inputs are validated once, the nodes
         fired once per chunk of rows (`ferl.readout.batch.CHUNK`), and the score shares the firings
-        (and, with `novelty_discount`, the leaf NLLs) of the evidence: on the KEEL sets it takes
-        about two thirds of the three calls' time. At many rows the nearest-prototype search of the
+        (and, with `novelty_discount`, the leaf NLLs) of the evidence, so it costs well under the three
+        calls. At many rows the nearest-prototype search of the
         ``typical`` score (alone or in ``joint``) adds a large share (rows x prototypes x
         features, float32, vectorised), which ``"energy"`` skips. The read-out is bound by memory
         and suffers more than CART from busy neighbours. Timings against CART's ``predict``

@@ -111,8 +111,9 @@ def _child_limits(limits: _Limits, cand: _Candidate, left: bool) -> _Limits:
     only inside fuzzy bands, so f is closed; after "f is not S", S alone is closed. A learned cut
     ``theta +- h`` confines the later cuts on f and their bands to ``<= theta - h`` in the "<="
     child and to ``>= theta + h`` in the ">" child, so no path cuts f again inside, or across, a
-    band it already used (issue 16: "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59", and conditions
-    such as "x12 is between 584 and 787 (membership <= 0.70)" that live only in two bands).
+    band it already used; without the limits a tree printed rules such as "x9 > 3.44 +- 0.59 AND x9
+    <= 3.44 +- 0.59" and conditions such as "x12 is between 584 and 787 (membership <= 0.70)" that
+    live only in two bands.
     """
     allowed, window = limits.allowed, limits.window
     f = cand.feature

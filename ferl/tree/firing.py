@@ -40,8 +40,8 @@ def _membership(x, a, b, c, d, ramp):
     (`is_ramp`): ``clip((d - x) / (d - c), 0, 1)`` is the same float for every finite ``x`` (``+ 0.0``
     turns the -0.0 of an underflowing ``(d - x) / (d - c)`` into the trapezoid's 0.0).
 
-    The branchy trapezoid mispredicts on inputs inside the band; this path cut the routing of 10^5
-    rows by more than a third (docs/results/speed.md).
+    The branchy trapezoid mispredicts on inputs inside the band; this path routes large batches
+    markedly faster (docs/results/speed.md).
     """
     if ramp:
         return max(min((d - x) / (d - c), 1.0), 0.0) + 0.0
@@ -273,8 +273,7 @@ class Scratch:
 
     A chunk's `Firing` is a view into them, valid until the next call with the same scratch. Fresh
     buffers per chunk cost their page faults, and most chunks outgrew the first guess (24 entries a
-    row) and were copied; at 10^5 rows reusing them nearly halved the firing's time
-    (docs/results/speed.md).
+    row) and were copied; reusing them saves both (docs/results/speed.md).
     """
 
     rows: np.ndarray = field(default_factory=lambda: _empty(np.int64))

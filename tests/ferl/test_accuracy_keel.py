@@ -57,7 +57,7 @@ def test_deep_ferl_splits_skewed_features_inside_their_bulk():
 
 @pytest.mark.parametrize("name", ["pima", "banana"])
 def test_compact_is_at_least_as_accurate_as_a_cart_of_its_size(name):
-    # issue 16: compact on the fixed quantile partitions was 1.7 points below a CART with
+    # compact on the fixed quantile partitions was 1.7 points below a CART with
     # max_leaf_nodes = its rule count over the 30 KEEL sets (`ferl.presets`, "Compact"); here
     # banana 80.0 vs 83.7 % before, 84.8 vs 84.0 after (pima 75.5 vs 75.0).
     X, y = _load(name)

@@ -158,7 +158,7 @@ def test_one_held_out_input_is_refused():
         model.calibrate_novelty(X[500:501])
 
 
-# ---------------------------------------------------------------- what a hostile user found (issue 33)
+# ---------------------------------------------------------------- what a hostile user found
 def test_a_refused_calibration_leaves_the_model_as_it_was():
     X, y = _world()
     model = FERLClassifier(evidence_weights="learned", random_state=0).fit(X[:500], y[:500])

@@ -150,7 +150,7 @@ def test_inference_settings_change_readout_without_refit(wine):
 
 
 def test_set_params_variant_after_fit_keeps_the_fitted_readout(tmp_path, wine, monkeypatch):
-    # issue 18 item 6: the read-out followed the preset at inference, so changing the variant of a
+    # regression: the read-out followed the preset at inference, so changing the variant of a
     # fitted model changed its predictions (by up to 0.57 in probability) without a refit.
     X, y = wine
     monkeypatch.setitem(PRESETS, "compact", {**PRESETS["compact"], "evidence_nodes": "all"})
@@ -296,7 +296,7 @@ def _rewrite(folder, json_edit=None, npz_edit=None):
     (None, lambda a: a.__setitem__("tree_value", a["tree_value"] * np.nan), "class distribution"),
     (None, lambda a: a.__setitem__("tree_trap", a["tree_trap"][:2]), "'trap'"),
     (None, lambda a: a.pop("feature_range"), "feature_range"),
-    # issue 18: values a fit never produces
+    # values a fit never produces
     (None, lambda a: a["tree_free_mean"].__setitem__((0, 0), np.nan), "free_mean of node 0, .*'x0' is nan"),
     (None, lambda a: a["tree_free_var"].__setitem__((0, 1), -1.0), "free_var of node 0, .*'x1' is -1.0"),
     (lambda d: d.update(classes=[0, 0, 2]), None, r"duplicated classes \['0'\]"),
@@ -393,7 +393,7 @@ def _calibrated_like(rng, n, absent):
 
 
 def test_compact_routes_calibrated_concepts_slightly_above_zero():
-    # issue 16: on calibrated concepts (most values exactly 0) the fixed partitions' quantiles tie
+    # on calibrated concepts (most values exactly 0) the fixed partitions' quantiles tie
     # at 0, "low" becomes the step "x <= 0" and an absent concept calibrated to 0.03 goes the way
     # of a present one (make demo: compact 75.0 % raw -> 74.6 calibrated). Learned cuts do not.
     rng = np.random.default_rng(0)

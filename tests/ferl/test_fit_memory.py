@@ -1,4 +1,5 @@
-"""The fit's memory-lean paths give the values of the plain ones (issue 15: peak memory at 10^6 rows).
+"""The fit's memory-lean paths give the values of the plain ones (peak memory at
+10^6 rows).
 
 The training firing in exact-size int32 / one-float buffers, the copy-free moments, the feature
 spread one feature at a time, the uint8 bootstrap multiplicities and the transposed view of X.

@@ -1,5 +1,5 @@
-"""Saved models keep date and duration labels, and say when a random_state cannot be saved (issue 34,
-smaller points: datetime64 labels fitted but did not save; a RandomState came back as None silently)."""
+"""Saved models keep date and duration labels, and say when a random_state cannot be saved (reported
+by a user: datetime64 labels fitted but did not save; a RandomState came back as None silently)."""
 
 from __future__ import annotations
 

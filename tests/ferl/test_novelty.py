@@ -348,9 +348,9 @@ def test_geometric_ood_is_detected_by_firing_only_with_gates_on(name):
     assert abs(acc_on - acc_off) <= 1.0 / len(y_te) + 1e-12, (acc_on, acc_off)  # <= 1 sample
 
 
-# ---------------------------------------------------------------------- finite on any scale (issue 18)
+# ---------------------------------------------------------------------- finite on any scale
 def test_a_feature_whose_variance_underflows_is_refused_by_name():
-    """Issue 18 reproducer: a feature scaled by 1e-160 gave inf / NaN ood_score; now fit refuses it."""
+    """Reproducer: a feature scaled by 1e-160 gave inf / NaN ood_score; now fit refuses it."""
     X = np.random.default_rng(0).random((120, 4))
     y = (X[:, 0] > 0.5).astype(int)
     X[:, 2] *= 1e-160

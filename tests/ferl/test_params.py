@@ -58,7 +58,7 @@ def test_ccp_alpha_without_pruning_is_refused_not_ignored(iris, params, match):
 
 
 def test_compact_keeps_its_rules_on_many_balanced_classes():
-    """Issue 15 item 3: at the preset's ccp_alpha 0.005, a rule isolating one of 240 balanced classes
+    """At the preset's ccp_alpha 0.005, a rule isolating one of 240 balanced classes
     saves at most 1/240 < 0.005 of the training error, so pruning undid every split (1 rule). The
     preset's alpha is capped at 1 / (2 C); an explicit ccp_alpha stays exact."""
     rng = np.random.default_rng(0)

@@ -1,11 +1,11 @@
 """A model file saved by an earlier version loads and reads out bit for bit.
 
 ``data/model_v0_1`` holds a small FERL-deep model (240 rows, 6 features, 3 classes, 12 rules) saved
-before the ``ferl/`` house move (issue 36), and its read-out on 25 fixed inputs (20 in distribution,
-5 far off), written by that version. A refactor that changes one float of the evidence, the credal
-set or the certificate fails here; the novelty scores, whose sums run through BLAS, may differ in
-their last bits between numpy / OpenBLAS releases (a few units in the last place, seen with numpy
-2.4), so they are held to 1e-13 relative.
+before the ``ferl/`` house move (its modules split into rooms by stage), and its read-out on 25
+fixed inputs (20 in distribution, 5 far off), written by that version. A refactor that changes one
+float of the evidence, the credal set or the certificate fails here; the novelty scores, whose sums
+run through BLAS, may differ in their last bits between numpy / OpenBLAS releases (a few units in
+the last place, seen with numpy 2.4), so they are held to 1e-13 relative.
 """
 
 from __future__ import annotations

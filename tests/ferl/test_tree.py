@@ -101,7 +101,7 @@ def _paths(tree):
 
 
 def _chain_reproducer():
-    """Issue 19: clean 50-class concept vectors on which weighted Gini grows a chain."""
+    """Clean 50-class concept vectors on which weighted Gini grows a chain."""
     rng = np.random.default_rng(0)
     k = 50
     y = np.repeat(np.arange(k), 24)
@@ -130,7 +130,7 @@ def test_information_gain_prefers_the_balanced_clean_split():
 
 @pytest.mark.parametrize("variant", ["medium", "deep"])
 def test_no_path_cuts_a_feature_again_inside_a_band_it_used(variant):
-    # issue 16: medium on wine printed "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59", a rule that
+    # regression: medium on wine printed "x9 > 3.44 +- 0.59 AND x9 <= 3.44 +- 0.59", a rule that
     # lives only inside the fuzzy band of one cut; then "x12 is between 584.23 and 787.27
     # (membership <= 0.70)", a later band across an earlier one.
     X, y = load_wine(return_X_y=True)

@@ -1,4 +1,5 @@
-"""Wide inputs, fewer training rows than features (issue 34, bug 12): diagonal leaf Gaussians
+"""Wide inputs, fewer training rows than features (full covariances ran out of time
+and memory): diagonal leaf Gaussians
 (`ferl.novelty.leaf_fit_diag`), linear in the width, the full model's variances, the same read-out."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ConceptCalibrator: the isotonic bug reports of issue 7, monotonicity, names, save/load."""
+"""ConceptCalibrator: the isotonic bug reports, monotonicity, names, save/load."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _noisy(rng: np.random.Generator, n: int, k: int, low: float = 0.0, high: flo
     return low + (high - low) * scores, labels
 
 
-# ---------------------------------------------------------------- issue 7 bug reports
+# ---------------------------------------------------------------- isotonic bug reports
 def test_probability_above_calibration_range_is_finite_and_clipped():
     # scikit-learn #23134: IsotonicRegression().predict([0.5]) after fitting on x <= 0.4 -> NaN
     rng = np.random.default_rng(0)

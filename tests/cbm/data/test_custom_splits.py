@@ -1,5 +1,5 @@
-"""Custom data sets: split names read whole (issue 34, bug 6), validate refusing the splits training
-refuses (bug 7), and files that are not regular files skipped (bug 9)."""
+"""Custom data sets: split names read whole, validate refusing the splits training refuses,
+and files that are not regular files skipped (each a user's report)."""
 
 from __future__ import annotations
 

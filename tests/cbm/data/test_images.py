@@ -1,6 +1,6 @@
 """Image decoding shared by the data sets and predict (cbm.data.images): 16-bit and float images
-scaled to 8 bits, not clipped to white (issue 34, bug 5); large images reduced while decoding
-(bug 13); EXIF orientation and transparency read as a viewer shows them."""
+scaled to 8 bits, not clipped to white; large images reduced while decoding; EXIF orientation and
+transparency read as a viewer shows them."""
 
 from __future__ import annotations
 

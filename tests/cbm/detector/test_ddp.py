@@ -1,5 +1,6 @@
-"""train-detector with DDP on the CPU (issue 34, bug 15): two gloo ranks train one epoch, rank 0
-alone writes the run, and its concept tables have a single-rank export's shapes and names.
+"""train-detector with DDP on the CPU (so that the multi-device path has a test): two gloo ranks
+train one epoch, rank 0 alone writes the run, and its concept tables have a single-rank export's
+shapes and names.
 
 About 17 s of CPU (two interpreters importing torch and Lightning make most of it): 32 s wall on
 2 cores shared with other jobs (load 5.5), the single-rank run in this process 1.3 s of it."""

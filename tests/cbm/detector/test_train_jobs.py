@@ -1,4 +1,4 @@
-"""train-detector as a job (issue 18): batches of one, signals at any phase, one-line errors, the lock."""
+"""train-detector as a job: batches of one, signals at any phase, one-line errors, the lock."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from PIL import Image
 from cbm.detector.cli import train_detector_main
 
 REPO = Path(__file__).resolve().parents[3]
-#: The issue's command on the shipped synthetic config (there: 120 training images in batches of 7),
+#: The reported command on the shipped synthetic config (there: 120 training images in batches of 7),
 #: at test size: 24 training images, timm's 0.4 M-parameter test ResNet, 32-pixel images.
 ISSUE_ARGS = ["--config", str(REPO / "configs" / "detector" / "synthetic.yaml"),
               "--data.dataset_kwargs", '{"n_per_class": 5, "n_classes": 8, "n_heldout": 2}',

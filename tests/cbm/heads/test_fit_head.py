@@ -226,7 +226,7 @@ def test_default_config_parses():
     assert cfg.ferl_settings == "concepts"
 
 
-# ----------------------------------------------------------------------------- robustness (issue 18)
+# ----------------------------------------------------------------------------- robustness
 def _snapshot(run: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
             if p.is_file() and p.name != ".lock"}

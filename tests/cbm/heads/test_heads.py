@@ -213,7 +213,7 @@ def _noisy_concepts(seed: int, n_per: int, k: int = 20, d: int = 40):
 
 
 def test_concept_settings_route_noisy_concepts_softly():
-    """Issue 19: on noisy near-binary concepts most learned bands of the preset are the min_width
+    """On noisy near-binary concepts most learned bands of the preset are the min_width
     floor (crisp routing), and the wide bands of the concept settings gain 0.28 (0.61 -> 0.88)."""
     X, y = _noisy_concepts(0, 20)
     X_test, y_test = _noisy_concepts(1, 30)
@@ -284,7 +284,7 @@ def test_a_bad_novelty_threshold_is_refused_when_the_head_loads(tmp_path, field,
 
 
 def test_a_head_saved_with_an_ablation_kind_of_threshold_asks_for_a_refit(tmp_path):
-    # tree-evidence heads flagged with "leaf" before issue 33 made it an ablation kind
+    # tree-evidence heads flagged with "leaf" before it became an ablation kind
     X, y = _world(0, n=80)
     head = make_head("ferl-compact").fit(X, y, NAMES)
     assert head.fit_ood_threshold(X)["kind"] == "typical" == head.ood_kind

@@ -1,4 +1,4 @@
-"""The interventions table's gain columns (issue 35): what full intervention buys, and how many
+"""The interventions table's gain columns: what full intervention buys, and how many
 answered groups reach 95 % of it; a head that answers make worse is not rewarded."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Concept interventions: concept side, head side, policies and curves (issue 17)."""
+"""Concept interventions: concept side, head side, policies and curves."""
 
 from __future__ import annotations
 

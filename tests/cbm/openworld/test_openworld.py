@@ -244,7 +244,7 @@ def test_attribute_naming_with_the_shipped_synthetic_config_on_its_stored_concep
     Measured on the stored tables: precision@3 0.692 (per fold 0.750, 0.587, 0.840, 0.684, 0.601;
     chance 0.40), against each image's own concepts 0.746 (chance 0.373); AUROC FERL-deep residual
     0.896, kNN 0.902 (the float32 tables gave 0.693, 0.746, 0.895, 0.902). History: written at
-    precision@3 0.669; 0.5875 after FERL grew by information gain (issue 14); 0.641 once the nll's leaf
+    precision@3 0.669; 0.5875 after FERL grew by information gain; 0.641 once the nll's leaf
     term was shared by the residual of the shallow nodes (`ferl.novelty.scores.NAMING_DEPTH`). The head
     is the learner's preset (``ferl_settings="learner"``), whose naming these figures describe;
     fit-head's head is evaluated in `test_evaluate_fold_reads_the_products_head`."""
@@ -292,7 +292,7 @@ def test_the_shipped_synthetic_config_trains_image_detectors_end_to_end_at_a_sma
     accuracy 0.73-0.78, AUROC kNN 0.67-0.88, precision@3 0.05-0.22 above chance (fold 0 is among the
     hardest). FERL-deep's own score (``joint``, the kind ``predict`` flags with) 0.713 on fold 0 with 5
     or 25 bootstrap cuts; the ``residual`` ablation kind this test read before fell from 0.623 to 0.504
-    there with issue 32's 5 cuts (fold 0's 32 held-out images: it is not the product's score)."""
+    there with fit-head's 5 cuts (fold 0's 32 held-out images: it is not the product's score)."""
     cfg = yaml.safe_load((REPO / "configs" / "openworld" / "synthetic.yaml").read_text())
     det = cfg["detector"]
     det["data"] |= {"image_size": 32}

@@ -1,11 +1,11 @@
-"""The README's tiny custom example tells its story (issue 35): trained as datasets/custom/README.md
-says (configs/detector/custom.yaml as shipped, fit-head's default FERL-deep, predict's defaults), the
-never-trained ``blue_square`` images score as more novel than the trained classes' test images and
-some are flagged, while no trained-class test image is.
+"""The tiny custom example tells its story (so a new user sees novelty flagged): trained as
+datasets/custom/README.md says (configs/detector/custom.yaml as shipped, fit-head's default
+FERL-deep, predict's defaults), the never-trained ``blue_square`` images score as more novel than
+the trained classes' test images and some are flagged, while no trained-class test image is.
 
-The README's earlier "at least 4 of 6" held for head seed 0 only, and there because the run's
+The docs' earlier "at least 4 of 6" held for head seed 0 only, and there because the run's
 threshold also flagged 2 of the 5 trained-class test images; head seeds 0-4 flag 2, 2, 2, 0, 2 of the
-six with none of those five flagged (measured with the head of issue 32's concept settings)."""
+six with none of those five flagged (measured with fit-head's concept settings of FERL-deep)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What predict reads from files made elsewhere: the smaller points of issue 34 (a concepts CSV in
+"""What predict reads from files made elsewhere: the smaller points users reported (a concepts CSV in
 upper case, not UTF-8 or with a column twice; a text file named .npz); images far smaller than the
 detector's input; folder entries named as images that are no image file."""
 

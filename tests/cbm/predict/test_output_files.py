@@ -1,6 +1,6 @@
 """predict's output folder: replaced as a whole or not at all, only predict's own files touched,
-and locked from the start (issue 34, bugs 1-4). A pipeline on a FERL head fitted on tiny concept
-vectors: no detector, no run to train."""
+and locked from the start (four reported failures, one test each). A pipeline on a FERL head
+fitted on tiny concept vectors: no detector, no run to train."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _files(out: Path) -> dict[str, bytes]:
 
 
 def test_a_prediction_of_nothing_leaves_the_previous_output(pipe, tmp_path):
-    # bug 1: a failed predict (no input readable) replaced predictions.csv and deleted every figure
+    # reported: a failed predict (no input readable) replaced predictions.csv and deleted every figure
     write_predictions(_pred(pipe, 3), tmp_path)
     before = _files(tmp_path)
     assert {"predictions.csv", "predictions.jsonl", "predictions.md", "predictions/3.png"} <= set(before)
@@ -53,7 +53,7 @@ def test_a_prediction_of_nothing_leaves_the_previous_output(pipe, tmp_path):
 
 
 def test_only_files_an_earlier_predict_wrote_are_removed(pipe, tmp_path):
-    # bug 2: user PNGs in <out>/predictions/ were all deleted by the next page
+    # reported: user PNGs in <out>/predictions/ were all deleted by the next page
     mine = tmp_path / "predictions"
     mine.mkdir()
     for name in ("holiday.png", "cat.PNG", "0.png", "12a.png"):
@@ -102,7 +102,7 @@ def _state(out: Path, old: dict[str, bytes], new: dict[str, bytes]) -> str:
 
 
 def test_a_kill_at_any_step_leaves_the_old_output_or_the_new(pipe, tmp_path, child, monkeypatch):
-    # bug 3: a kill while the page was written left a new CSV, the old page and mixed figures
+    # reported: a kill while the page was written left a new CSV, the old page and mixed figures
     monkeypatch.setattr("cbm.predict.output.evidence_figure", lambda ex, image, title: title)  # quick
     monkeypatch.setattr("cbm.predict.output.figure_png", lambda fig, **kw: f"figure of {fig}".encode())
     big, small = _pred(pipe, 4, seed=1), _pred(pipe, 2, seed=2)
@@ -126,7 +126,7 @@ def test_a_kill_at_any_step_leaves_the_old_output_or_the_new(pipe, tmp_path, chi
 
 
 def test_a_second_predict_into_a_busy_folder_stops_at_once(tmp_path, child):
-    # bug 4: two predicts into one --out both ran; the second now stops before loading the run
+    # reported: two predicts into one --out both ran; the second now stops before loading the run
     busy = pytest.raises(FolderBusyError, match="being written by another")
     with child.holding_lock(tmp_path / "out"), busy:
         run_predict(str(tmp_path / "no-run"), images=["a.png"], out=str(tmp_path / "out"))

@@ -245,7 +245,7 @@ def test_figures_draw_the_run_values(tiny):
     clf = run.head("ferl-deep").model_
     leaves = [t for t in tree_figure(clf).axes[0].texts if t.get_text().startswith("rule ")]
     assert len(leaves) == clf.n_rules_
-    # drawn to depth 2: every rule is a leaf box there or counted in a grey box (issue 35)
+    # drawn to depth 2: every rule is a leaf box there or counted in a grey box (a readable figure)
     texts = [t.get_text() for t in tree_figure(clf, max_depth=2).axes[0].texts]
     counted = sum(int(t.split()[0]) for t in texts if t.endswith("rules\nbelow"))
     assert counted + sum(t.startswith("rule ") for t in texts) == clf.n_rules_ and counted > 0
@@ -277,7 +277,7 @@ def test_demo_passes_threads_to_every_console_script(tmp_path):
 
 # ----------------------------------------------------------------------------- the first screen
 def test_report_opens_with_the_summary_and_stays_short(tiny):
-    """Issue 35: a summary table in the first 40 lines, the whole report at most 400 lines."""
+    """A summary table in the first 40 lines, the whole report at most 400 lines."""
     lines = (tiny / "report.md").read_text().splitlines()
     assert len(lines) <= 400
     top = "\n".join(lines[:40])
@@ -352,5 +352,6 @@ def test_report_gives_the_sufficient_rules_count_over_the_test_split(tiny):
     text = (tiny / "report.md").read_text()
     assert (f"Over the {counts.size} test images: median {np.median(counts):g}, 90th percentile "
             f"{np.quantile(counts, 0.9):g}, at most 10 rules for {100 * np.mean(counts <= 10):.1f} %") in text
-    assert f"| test images | {100 * np.mean(counts == 0):.1f} % | {100 * np.mean(counts == 1):.1f} % |" in text
+    zero, one = 100 * np.mean(counts == 0), 100 * np.mean(counts == 1)
+    assert f"| test images | {zero:.1f} % | {one:.1f} % |" in text
     assert "**Sufficient rules**: with the prior they alone reach 90 % of the margin" in text
