@@ -32,13 +32,14 @@ from numbers import Integral
 
 import numpy as np
 
+from cbm.concepts.values import CONCEPT_DOMAIN
 from ferl.evidence.adaptive import ShiftAdaptiveSets, true_class_nll
 from ferl.evidence.algebra import Evidence, discount_evidence
 from ferl.explain import Explanation
 from ferl.metrics import fit_acceptance_threshold
 
-__all__ = ["MAX_SET_SIZE", "SHIFT_WEIGHT", "Decisions", "decide", "explain_decision", "fit_operating_point",
-           "operating_from_dict"]
+__all__ = ["MAX_SET_SIZE", "SHIFT_WEIGHT", "Decisions", "certified_radius", "decide", "explain_decision",
+           "fit_operating_point", "operating_from_dict"]
 
 #: Largest credal set the product answers with; a wider one abstains (a readable set; the measured
 #: trade-off on the validation corruptions: docs/results/shift.md).
@@ -246,7 +247,8 @@ def explain_decision(head, x: np.ndarray, feature_score: float | None = None, to
     """The explanation of one row at the product's operating point.
 
     The model's explanation (`ferl.FERLClassifier.explain`, its rules, sources and anomalous
-    attributes in the head's kind of OOD score) with the decision's evidence: the discounted
+    attributes in the head's kind of OOD score, its radius in concept units, `certified_radius`)
+    with the decision's evidence: the discounted
     probabilities, beliefs, plausibilities and ignorance, the operating point's credal set and
     abstention, and the discount's reliability.
 
@@ -263,7 +265,7 @@ def explain_decision(head, x: np.ndarray, feature_score: float | None = None, to
         `decide`'s output for this one row when already computed.
     """
     x = np.asarray(x, dtype=np.float64).reshape(1, -1)
-    base = head.model_.explain(head._check_X(x)[0], top_k=top_k, kind=head.ood_kind)
+    base = head.model_.explain(head._check_X(x)[0], top_k=top_k, kind=head.ood_kind, domain=CONCEPT_DOMAIN)
     dec = decision if decision is not None else decide(
         head, x, None if feature_score is None else np.array([feature_score], dtype=np.float64))
     ev, classes = dec.evidence, base.classes
@@ -272,3 +274,29 @@ def explain_decision(head, x: np.ndarray, feature_score: float | None = None, to
                    plausibility=tuple(float(v) for v in ev.plausibility[0]), ignorance=float(ev.ignorance[0]),
                    credal_set=tuple(c for c, keep in zip(classes, dec.sets[0], strict=True) if keep),
                    abstain=bool(dec.abstained[0]), reliability=float(dec.reliability[0]))
+
+
+def certified_radius(head, X: np.ndarray) -> np.ndarray:
+    """The certified l_inf radius of each row's class, in concept units (beyond the paper).
+
+    Every concept vector of [0, 1]^k (`cbm.concepts.CONCEPT_DOMAIN`) whose concepts each differ
+    from the row's by at most the radius gets the row's class: the pignistic arg-max that `decide`
+    answers with, which the operating point's discount keeps (`ferl.FERLClassifier.robustness_radius`;
+    the proof for learned weights of evidence in `ferl.evidence.robustness`). 0: nothing certified.
+
+    Parameters
+    ----------
+    head : FERLHead
+    X : ndarray of shape (n, k), float in [0, 1]
+        Concept vectors in the head's concept order (calibrated when the head's inputs are).
+
+    Returns
+    -------
+    ndarray of shape (n,), float64 >= 0
+
+    Raises
+    ------
+    ValueError
+        Bad concept vectors.
+    """
+    return head.model_.robustness_radius(head._check_X(np.asarray(X)), domain=CONCEPT_DOMAIN)
