@@ -21,9 +21,13 @@ Hence ``BetP(t) / BetP(c) >= exp(w_t - w_c - g(w+_t))`` with ``g(w) = -log rho(w
 from ``log C`` at ``w = 0`` to 0: **the class ``t`` has the largest BetP wherever its margin of
 log-plausibility ``w_t - w_c`` (the plausibility is proportional to ``exp(w_k)``) exceeds
 ``g(w+_t)`` over every other class ``c``** (the bridge from the plausibilities' order to BetP's).
-Where it exceeds ``g + delta``, ``BetP(t) - BetP(c) >= (1 - exp(-delta)) / C``; `ORDER_GAP` sets
-``delta`` so that this gap is ten times the mass the read-out may leave out (`_BETWEEN_TOL` of
-`ferl.evidence.weights`), and the certified class is the one the computed BetP ranks first.
+Where it exceeds ``g + delta``, ``BetP(t) >= exp(delta) BetP(c)`` and, ``t`` leading,
+``BetP(t) >= 1 / C``, so ``BetP(t) - BetP(c) >= (1 - exp(-delta)) / C``; `ORDER_GAP` sets ``delta``
+so that this gap is ten times the mass the read-out may leave out of each class's BetP
+(`_BETWEEN_TOL` of `ferl.evidence.weights`): the computed BetP ranks ``t`` first too, by at least
+``ORDER_GAP - _BETWEEN_TOL``, and so does a uniform Shafer discount of it by a reliability of at least
+`DISCOUNT_FLOOR` (the product's operating point, `cbm.heads.operating.decide`), which scales that
+lead by the reliability and adds the same ``(1 - r) / C`` to every class.
 
 **2. The sources over a box.** Let ``B_r(x)`` be the points of the domain ``[l, u]`` (per
 feature) within ``l_inf`` distance ``r`` of ``x``. A feature source ``s_f`` is a clipped ramp of
@@ -31,9 +35,12 @@ feature) within ``l_inf`` distance ``r`` of ``x``. A feature source ``s_f`` is a
 u_f))]``. A leaf's source is its firing, the product along its path of one factor per node
 ``g_o(x_f) mu_o(x_f)`` (left) or ``g_o(x_f) (1 - mu_o(x_f))`` (right), ``mu_o`` the node's
 trapezoid and ``g_o`` its bounded-support gate (1 with the gates off). Both are plateau functions
-(rising, flat, falling), so over an interval ``[u, v]`` each ranges over ``[min(h(u), h(v)),
-max(h(u), h(v))]``, the upper end 1 where ``[u, v]`` meets the plateau; the product of these
-non-negative intervals bounds the firing: ``s_j(x')`` lies in ``[s_j^lo(r), s_j^hi(r)]``.
+(non-decreasing, 1 on the plateau, non-increasing; steps included), so over an interval ``[u, v]``
+each ranges within ``[min(h(u), h(v)), max(h(u), h(v))]``, the upper end 1 where ``[u, v]`` meets
+the plateau, and ``1 - mu_o`` within one minus that interval reversed; the product of these
+non-negative intervals along the path bounds the firing: ``s_j(x')`` lies in ``[s_j^lo(r),
+s_j^hi(r)]``. The bounds are products of the same floats in the same order as the firing's
+(`ferl.tree.firing`), and rounding is monotone, so they hold for the computed firings too.
 
 **3. The certificate.** With ``Delta_cj = beta_tj - beta_cj`` and ``t`` the class of ``x``, every
 ``x'`` in ``B_r(x)`` has, the margin being linear in the sources::
@@ -42,16 +49,17 @@ non-negative intervals bounds the firing: ``s_j(x')`` lies in ``[s_j^lo(r), s_j^
                        = L_c(r),
     w+_t(x') >= sum_j beta_tj^+ s_j^lo + beta_0t^+ = W_t(r),
 
-and ``g`` falls, so ``L_c(r) > g(W_t(r)) + delta`` for every ``c != t`` certifies that every
-``x'`` of ``B_r(x)`` gets class ``t``. The intervals grow with ``r``, so ``L_c`` falls and ``g(W_t)``
-rises: the certified radii form an interval ``[0, r*)``, and `weights_radius` returns a point of it
-within ``2^-BISECTIONS`` of ``r*``'s bracket by bisection. The bound is never looser than a
-Lipschitz one (``|s_j(x') - s_j(x)| <= Lip_j r``: a ramp's slope ``1 / span_f``, a leaf's sum of its
-factors' slopes), so ``r*`` is at least the closed form ``min_c (w_t - w_c - g(beta_0t^+) -
-delta) / sum_j |Delta_cj| Lip_j``; it is tighter where a source cannot move (a concept at the edge
-of [0, 1] moves one way only, a leaf on a node's plateau stays put). Beyond the last breakpoint of
-every source (ramp ends, trapezoid corners, gate ends) nothing changes, so the domain is first cut
-to just past those breakpoints; a box that covers the cut domain certifies every point: radius ``inf``.
+and ``g`` falls, so ``L_c(r) > g(W_t(r)) + delta`` for every ``c != t`` certifies that every ``x'``
+of ``B_r(x)`` gets class ``t``. The intervals grow with ``r``, so ``L_c`` falls and ``g(W_t)``
+rises: the certified radii form an interval from 0 to some ``r*``, and `weights_radius` returns a
+certified radius short of ``r*`` by at most ``2^-BISECTIONS`` times the initial bracket (bisection).
+The bound is never looser than a Lipschitz one (``|s_j(x') - s_j(x)| <= Lip_j r``: a ramp's slope
+``1 / span_f``, a leaf's sum of its factors' slopes), so ``r*`` is at least the closed form ``min_c
+(w_t - w_c - g(beta_0t^+) - delta) / sum_j |Delta_cj| Lip_j``; it is tighter where a source cannot
+move (a concept at the edge of [0, 1] moves one way only, a leaf on a node's plateau stays put).
+Beyond the last breakpoint of every source (ramp ends, trapezoid corners, gate ends) nothing
+changes, so the domain is first cut to just past those breakpoints; a box that covers the cut domain
+certifies every point: radius ``inf``.
 """
 
 from __future__ import annotations
@@ -63,12 +71,17 @@ from ferl.evidence.weights import _BETWEEN_TOL, EvidenceWeights, evidence_from_w
 from ferl.tree.fuzzy_tree import FuzzyTree
 from ferl.tree.membership import support_gate, trapezoid
 
-__all__ = ["BISECTIONS", "ORDER_GAP", "bridge_gap", "source_bounds", "weights_radius"]
+__all__ = ["BISECTIONS", "DISCOUNT_FLOOR", "ORDER_GAP", "bridge_gap", "source_bounds", "weights_radius"]
 
 #: Halvings of the bracket of the certified radius.
 BISECTIONS = 30
 #: The smallest BetP gap over the runner-up that a certified class keeps (module docstring, part 1).
 ORDER_GAP = 10 * _BETWEEN_TOL
+#: The smallest reliability ``r`` of a uniform Shafer discount (``BetP^r = r BetP + (1 - r) / C``,
+#: `ferl.evidence.discount_evidence`) that keeps the certified class BetP's arg-max in float64: the
+#: computed BetP of the certified class leads by at least ``ORDER_GAP - _BETWEEN_TOL`` (module
+#: docstring, part 1), ``r`` times which must exceed the rounding of the discounted BetP (far below 1e-14).
+DISCOUNT_FLOOR = 1e-14 / (ORDER_GAP - _BETWEEN_TOL)
 
 
 def bridge_gap(w_plus: np.ndarray, n_classes: int) -> np.ndarray:

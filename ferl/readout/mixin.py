@@ -293,9 +293,10 @@ class ReadoutMixin:
 
         Tree evidence: the class of ``P_T`` (eq. 9), radius ``Delta(x) / (2 L_T)`` of appendix eq. 12,
         0 where a gate is active or the top class is tied, capped so that the gates stay one
-        (`ferl.tree.certificate.robustness_radius`). Learned weights of evidence (beyond the paper):
-        the class `predict` returns, BetP's arg-max (`ferl.evidence.robustness`, the proof there);
-        0 with ``novelty_discount="rules"``, whose per-rule discount it does not bound.
+        (`ferl.tree.certificate.robustness_radius`); ``P_T``'s class is not always the class
+        `predict` returns (BetP of the combined evidence). Learned weights of evidence (beyond the
+        paper): the class `predict` returns, BetP's arg-max (`ferl.evidence.robustness`, the proof
+        there); 0 with ``novelty_discount="rules"``, whose per-rule discount it does not bound.
 
         Parameters
         ----------
@@ -304,6 +305,13 @@ class ReadoutMixin:
             Where the perturbed inputs stay (`ferl._inputs.feature_domain`): None, every real
             value (the paper's); ``"training"``, the training range; ``(0, 1)`` for concept
             probabilities. An observed range that reaches the domain's edge caps nothing there.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), float64 >= 0
+            Every ``x'`` of the domain within the radius of ``x`` (``||x' - x||_inf`` below it for
+            the tree's evidence, at most it for learned weights) gets ``x``'s class; 0: nothing
+            certified; ``inf``: no point of the domain changes the class.
 
         Raises
         ------
