@@ -1,5 +1,5 @@
 """Checks and preparation of `FERLClassifier`'s inputs: fit's weights, names and seed; `explain`'s
-single sample."""
+single sample; the certificate's perturbation domain."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from numbers import Integral
 import numpy as np
 
 __all__ = ["check_sample_weight", "rescale_weights", "resolve_feature_names", "str_columns", "seed_from",
-           "one_sample"]
+           "one_sample", "feature_domain"]
 
 
 def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray:
@@ -153,3 +153,53 @@ def one_sample(x):
     if X.shape[0] != 1:
         raise ValueError(f"explain takes one sample, got {X.shape[0]} rows")
     return X
+
+
+def feature_domain(domain, feature_range: np.ndarray) -> np.ndarray:
+    """The domain that `robustness_radius` confines perturbations to, as one ``(lo, hi)`` per feature.
+
+    A certificate holds for every ``x'`` of the domain within the radius: a feature that cannot
+    leave ``[lo, hi]`` (a concept probability, a bounded measurement) is never perturbed past it,
+    so a rule whose observed range reaches the domain's edge is no reason for a small radius.
+
+    Parameters
+    ----------
+    domain : None, "training", pair of floats or array-like of shape (n_features, 2)
+        None: every real value (the paper's certificate, appendix A.3). ``"training"``: the
+        training range of each feature. A pair ``(lo, hi)``: the same bounds for every feature,
+        e.g. ``(0, 1)`` for concept probabilities. An array: one row ``(lo, hi)`` per feature.
+        Bounds may be infinite.
+    feature_range : ndarray of shape (n_features, 2)
+        The training min and max of each feature (`FERLClassifier.feature_range_`).
+
+    Returns
+    -------
+    ndarray of shape (n_features, 2), float64
+        A new array; ``lo <= hi`` on every row.
+
+    Raises
+    ------
+    ValueError
+        A string other than ``"training"``, bounds of another shape, NaN, or ``lo > hi``.
+    """
+    n_features = feature_range.shape[0]
+    if domain is None:
+        return np.tile([-np.inf, np.inf], (n_features, 1))
+    if isinstance(domain, str):
+        if domain != "training":
+            raise ValueError(f"domain must be None, 'training', (lo, hi) or an array of shape "
+                             f"({n_features}, 2); got {domain!r}")
+        return np.array(feature_range, dtype=np.float64)
+    try:
+        bounds = np.array(domain, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"domain must hold numbers, got {domain!r}") from err
+    if bounds.shape == (2,):
+        bounds = np.tile(bounds, (n_features, 1))
+    if bounds.shape != (n_features, 2):
+        raise ValueError(f"domain must be (lo, hi) or an array of shape ({n_features}, 2), got shape "
+                         f"{bounds.shape}")
+    if np.isnan(bounds).any() or (bounds[:, 0] > bounds[:, 1]).any():
+        bad = int(np.flatnonzero(np.isnan(bounds).any(axis=1) | (bounds[:, 0] > bounds[:, 1]))[0])
+        raise ValueError(f"domain of feature {bad} is {bounds[bad].tolist()}: need lo <= hi, no NaN")
+    return bounds

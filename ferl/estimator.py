@@ -32,7 +32,6 @@ from ferl.novelty.typicality import fit_leaf_gaussians
 from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
 from ferl.readout.mixin import ReadoutMixin
 from ferl.rules import fires_alone
-from ferl.tree import certificate
 from ferl.tree.builder import grow_tree
 from ferl.tree.partitions import fixed_partitions
 
@@ -55,7 +54,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     paper the
     rule prototypes of `ferl.novelty.prototypes` behind the default ``ood_score``: ``routing_loss``,
     ``feature_anomaly``, ``ood_score``, ``anomalous_features``), rules and explanations (``rules_``,
-    ``export_text``, ``explain``) and a robustness certificate (appendix A.3, ``robustness_radius``).
+    ``export_text``, ``explain``) and a robustness certificate (appendix A.3 and, for learned weights of
+    evidence, beyond the paper: ``robustness_radius``).
 
     Parameters
     ----------
@@ -339,23 +339,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         fires (``phi > 0``): the class masses of section 3.2 rest on the features of those nodes only."""
         return self.tree_.firing(self._check_X(X), bool(self.bounded_support), self._gate_margin())[0]
 
-    def robustness_radius(self, X) -> np.ndarray:
-        """Certified l_inf radius ``Delta(x) / (2 L_T)`` of appendix eq. 12, ndarray (n_samples,).
-
-        Within it the class of ``P_T`` (eq. 9) cannot change; 0 where a gate is active or the top
-        class is tied; capped so that the gates stay one (`ferl.tree.certificate.robustness_radius`).
-        The certificate is the tree's: with learned weights of evidence the class is decided by the
-        weights, not by ``P_T``, so nothing is certified and the radius is 0 for every input.
-        """
-        X = self._check_X(X)
-        return self._radius(X, *self._firing(X))
-
-    def _radius(self, X, phi, lost) -> np.ndarray:
-        if self.evidence_weights_ is not None:
-            return np.zeros(X.shape[0])
-        return certificate.robustness_radius(self.tree_, X, phi, lost, bool(self.bounded_support))
-
-    def explain(self, x, top_k: int | None = 5, kind: str | None = None) -> Explanation:
+    def explain(self, x, top_k: int | None = 5, kind: str | None = None, domain=None) -> Explanation:
         """Explain the decision for one sample: fired rules with firings and masses, belief,
         plausibility, ignorance, credal set, anomalous attributes, OOD score, robustness radius.
 
@@ -368,6 +352,8 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         kind : {"typical", "joint", "energy"} or None, default=None
             The OOD score's kind (`ood_score`); None: the one the product flags with,
             `ferl.novelty.default_kind`. The explanation names it (``ood_kind``).
+        domain : None, "training", (lo, hi) or array-like of shape (n_features_in_, 2), default=None
+            The certified radius's domain, as in `robustness_radius`.
 
         Returns
         -------
@@ -377,7 +363,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         Raises
         ------
         ValueError
-            Several rows, bad ``x``, or a ``kind`` not of `ferl.novelty.kinds.OOD_KINDS`.
+            Several rows, bad ``x`` or ``domain``, or a ``kind`` not of `ferl.novelty.kinds.OOD_KINDS`.
         """
         kind = default_kind(self) if kind is None else check_kind(kind)
         X = self._check_X(one_sample(x))
@@ -385,7 +371,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         phi, lost = fired.dense(fired.phi), fired.dense(fired.lost)
         novelty = analyse(self.tree_, self.leaf_gaussians_, X, fired, self.rule_prototypes_)
         reliability = self._reliability(X, fired, novelty.leaf_nll)
-        radius = self._radius(X, phi, lost)
+        radius = self._radius(X, phi, lost, domain)
         ranked = novelty.ranked(self.feature_names_, top_k)[0]
         typical = novelty.score()  # "typical", the default
         score = typical if kind == "typical" else self._read(X, evidence=False, score=kind).score

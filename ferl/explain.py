@@ -8,7 +8,7 @@ belief, plausibility, ignorance, conflict and pignistic probability; the credal 
 abstention (eq. 4), discounted as a whole by ``r(x)`` when ``novelty_discount`` is ``"typical"``
 (`ferl.novelty.discount`); the OOD score of the kind the product flags with (`ferl.novelty.default_kind`,
 named in the explanation) and the anomalous attributes (`ferl.novelty.scores`); and the certified
-robustness radius (`ferl.tree.certificate`).
+robustness radius (`ferl.tree.certificate`; for learned weights of evidence `ferl.evidence.robustness`).
 """
 
 from __future__ import annotations
@@ -101,7 +101,9 @@ class Explanation:
         Most anomalous attributes, highest first; their scores are the parts of the ``typical``
         score (`ferl.novelty.scores.Novelty.feature_scores`), whatever ``ood_kind``.
     robustness_radius : float
-        Certified ``l_inf`` radius (0 where a gate is active or the top class is tied).
+        Certified ``l_inf`` radius, ``>= 0`` or ``inf`` (`FERLClassifier.robustness_radius`: the
+        class of the tree's ``P_T`` for the tree's evidence, the predicted class for learned
+        weights of evidence; 0: nothing certified).
     sources : tuple of FiredSource
         Evidence sources that fired, by decreasing firing.
     reliability : float

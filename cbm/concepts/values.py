@@ -6,7 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["check_concept_values"]
+__all__ = ["CONCEPT_DOMAIN", "check_concept_values"]
+
+#: The bounds of every concept value (a probability or a label): what a perturbation of a concept
+#: vector cannot leave, the domain of the heads' certified radius (`ferl._inputs.feature_domain`).
+CONCEPT_DOMAIN = (0.0, 1.0)
 
 
 def check_concept_values(X, names: Sequence[str], what: str, *, allow_empty: bool = False) -> np.ndarray:

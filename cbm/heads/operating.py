@@ -22,7 +22,9 @@ the run's detector, the image's feature typicality ``f``, `cbm.detector.typicali
 `fit_operating_point` sets it (``fit-head``); `decide` reads it (``predict``, ``fit-head``'s
 metrics, the report, ``evaluate-openworld``, ``evaluate-interventions``, ``evaluate-shift``). A head
 without one (fitted outside ``fit-head``) decides with its plain set, no shift score and no flag
-threshold beyond its own. How the settings were chosen: docs/results/shift.md.
+threshold beyond its own. How the settings were chosen: docs/results/shift.md. `certified_radius`
+gives, per row, the l_inf radius in concept units within which no concept vector changes the
+decided class (``predict``'s page, the report; measured in docs/results/certificate.md).
 """
 
 from __future__ import annotations
@@ -32,13 +34,15 @@ from numbers import Integral
 
 import numpy as np
 
+from cbm.concepts.values import CONCEPT_DOMAIN
 from ferl.evidence.adaptive import ShiftAdaptiveSets, true_class_nll
 from ferl.evidence.algebra import Evidence, discount_evidence
+from ferl.evidence.robustness import DISCOUNT_FLOOR
 from ferl.explain import Explanation
 from ferl.metrics import fit_acceptance_threshold
 
-__all__ = ["MAX_SET_SIZE", "SHIFT_WEIGHT", "Decisions", "decide", "explain_decision", "fit_operating_point",
-           "operating_from_dict"]
+__all__ = ["MAX_SET_SIZE", "SHIFT_WEIGHT", "Decisions", "certified_radius", "decide", "explain_decision",
+           "fit_operating_point", "operating_from_dict"]
 
 #: Largest credal set the product answers with; a wider one abstains (a readable set; the measured
 #: trade-off on the validation corruptions: docs/results/shift.md).
@@ -248,7 +252,8 @@ def explain_decision(head, x: np.ndarray, feature_score: float | None = None, to
     The model's explanation (`ferl.FERLClassifier.explain`, its rules, sources and anomalous
     attributes in the head's kind of OOD score) with the decision's evidence: the discounted
     probabilities, beliefs, plausibilities and ignorance, the operating point's credal set and
-    abstention, and the discount's reliability.
+    abstention, the discount's reliability, and the decision's certified radius in concept units
+    (`certified_radius`).
 
     Parameters
     ----------
@@ -263,7 +268,9 @@ def explain_decision(head, x: np.ndarray, feature_score: float | None = None, to
         `decide`'s output for this one row when already computed.
     """
     x = np.asarray(x, dtype=np.float64).reshape(1, -1)
-    base = head.model_.explain(head._check_X(x)[0], top_k=top_k, kind=head.ood_kind)
+    base = head.model_.explain(head._check_X(x)[0], top_k=top_k, kind=head.ood_kind, domain=CONCEPT_DOMAIN)
+    if not _certifies_decision(head):
+        base = replace(base, robustness_radius=0.0)
     dec = decision if decision is not None else decide(
         head, x, None if feature_score is None else np.array([feature_score], dtype=np.float64))
     ev, classes = dec.evidence, base.classes
@@ -272,3 +279,51 @@ def explain_decision(head, x: np.ndarray, feature_score: float | None = None, to
                    plausibility=tuple(float(v) for v in ev.plausibility[0]), ignorance=float(ev.ignorance[0]),
                    credal_set=tuple(c for c, keep in zip(classes, dec.sets[0], strict=True) if keep),
                    abstain=bool(dec.abstained[0]), reliability=float(dec.reliability[0]))
+
+
+def _certifies_decision(head) -> bool:
+    """Whether the class the model's radius certifies is the one `decide` answers (`certified_radius`)."""
+    model = head.model_
+    if getattr(model, "evidence_weights_", None) is None or model.novelty_discount:
+        return False
+    point = getattr(head, "operating_", None)
+    if point is None:
+        return True
+    lowest = float(np.exp(-ShiftAdaptiveSets.from_dict(point["sets"]).widening_.max()))
+    return lowest >= DISCOUNT_FLOOR
+
+
+def certified_radius(head, X: np.ndarray) -> np.ndarray:
+    """The certified l_inf radius of each row's decision, in concept units (beyond the paper).
+
+    Every concept vector of [0, 1]^k (`cbm.concepts.CONCEPT_DOMAIN`) whose concepts each differ
+    from the row's by at most the radius gets the row's class from `decide` (whatever its image's
+    feature score): the pignistic arg-max of the learned weights of evidence, the class `predict`
+    answers, which the operating point's uniform discount keeps (the proof in
+    `ferl.evidence.robustness`; `ferl.FERLClassifier.robustness_radius`). The units are those of
+    the head's inputs: calibrated concept probabilities for a head fitted on calibrated concepts.
+    0: nothing certified, and 0 for every row of a head whose certificate is not the decision's:
+    the tree's evidence (compact, medium; the paper's radius bounds the class of the tree's
+    ``P_T``, not the combined evidence's), a model with its own novelty discount, or an operating
+    point whose lowest reliability is below `ferl.evidence.robustness.DISCOUNT_FLOOR`. ``inf``:
+    every concept vector gets the class.
+
+    Parameters
+    ----------
+    head : FERLHead
+    X : ndarray of shape (n, k), float in [0, 1]
+        Concept vectors in the head's concept order (calibrated when the head's inputs are).
+
+    Returns
+    -------
+    ndarray of shape (n,), float64 >= 0
+
+    Raises
+    ------
+    ValueError
+        Bad concept vectors.
+    """
+    X = head._check_X(np.asarray(X))
+    if not _certifies_decision(head):
+        return np.zeros(X.shape[0])
+    return head.model_.robustness_radius(X, domain=CONCEPT_DOMAIN)

@@ -29,6 +29,7 @@ from typing import Any
 from cbm.data.common import UnreadableImageError
 from cbm.predict.inputs import read_image
 from cbm.predict.pipeline import Predictions, flat_row
+from cbm.report.explanation import radius_sentence
 from cbm.report.plots import evidence_figure, figure_png
 from ferl.io.persist import StepWriter, atomic_write_bytes
 
@@ -96,9 +97,10 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
     """The page ``predictions.md``: a summary table, then each of the first ``limit`` inputs explained.
 
     Each explained input shows its evidence figure (the image, belief / plausibility / ignorance per
-    class, the anomalous attributes), its OOD decision and :meth:`ferl.explain.Explanation.to_markdown`
-    (fired rules with their masses), after its row's warning when it has one. Unreadable inputs
-    are listed with the reason.
+    class, the anomalous attributes), its OOD decision, its certified radius in concept units
+    (:func:`cbm.report.explanation.radius_sentence` of :func:`cbm.heads.operating.certified_radius`)
+    and :meth:`ferl.explain.Explanation.to_markdown` (fired rules with their masses), after its row's
+    warning when it has one. Unreadable inputs are listed with the reason.
 
     Parameters
     ----------
@@ -122,7 +124,9 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
              f"{t['value']:.4g}, the score that accepts {100 * t['accept']:.0f} % of the run's "
              f"{t['fitted_on']} images. The table's `set` is the head's credal set (coverage-targeted when "
              "fit-head calibrated one); each input's explanation below shows the paper's "
-             "interval-dominance set, which can differ from it.", "", *_summary(pred), ""]
+             "interval-dominance set, which can differ from it. An input's certified radius is in the "
+             "units of the concept probabilities the head reads (calibrated when it reads calibrated "
+             "ones).", "", *_summary(pred), ""]
     figures = {}
     for i, row in enumerate(pred.rows[:limit]):
         lines += [f"## {i + 1}. `{row['input']}`", ""]
@@ -143,7 +147,7 @@ def page_files(pred: Predictions, *, title: str = "Predictions", limit: int = 10
         lines += [f"![evidence of {row['input']}]({name})", "",
                   f"{row['ood_kind']} OOD score {row['ood_score']:.4g} vs threshold "
                   f"{row['ood_threshold']:.4g}: {decision}.",
-                  "",
+                  "", radius_sentence(ex.robustness_radius, row["class"]), "",
                   ex.to_markdown(), ""]
     if len(pred.rows) > limit:
         lines += [f"The other {len(pred.rows) - limit} inputs are in the table only (`--page-limit`).", ""]

@@ -6,7 +6,8 @@ an ``evaluate-openworld`` output folder) and writes, atomically::
     <run>/report.md              a summary first (cbm.report.summary: the table and its reading),
                                  then concept accuracy, heads (raw vs calibrated), curves, open world
                                  (cbm.report.openworld), concept interventions (from
-                                 ``interventions/``, when run), three example explanations (top
+                                 ``interventions/``, when run), the certified radius over the test
+                                 split (cbm.report.robustness), three example explanations (top
                                  classes and rules, cbm.report.explanation), the FERL rules of
                                  largest support and the tree; an appendix with FERL's other novelty
                                  scores and the commands and timings of the run
@@ -51,6 +52,7 @@ from cbm.report.plots import (
     image_png,
     tree_figure,
 )
+from cbm.report.robustness import robustness_section
 from cbm.report.run import RunView, load_run
 from cbm.report.shift import shift_section
 from cbm.report.summary import novelty_kind, summary_numbers, summary_section
@@ -228,6 +230,7 @@ def build_report(
     lines += openworld_lines
     lines += shift_section(shift, written, run_dir)
     lines += interventions_section(run_dir)
+    lines += robustness_section(run, model, label, inputs)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
               "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "

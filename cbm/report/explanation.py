@@ -5,8 +5,8 @@
 the decision, the ``top`` classes by pignistic probability (plus the true class where it is not
 among them), the sufficient rules (learned weights of evidence: the fewest rules that decide the
 prediction over the runner-up), the ``top`` rules by firing with their three largest masses, and the anomalous
-attributes. The certified radius is printed only where it is informative (above 0: a gate active or
-a tied top class make it 0 by construction).
+attributes. The certified radius is printed only where it is informative (above 0; 0: nothing
+certified); :func:`radius_sentence` reads it in words for ``predict``'s page.
 """
 
 from __future__ import annotations
@@ -16,7 +16,32 @@ import numpy as np
 from ferl.evidence.weights import SUFFICIENT_SHARE
 from ferl.explain import PRIOR_DECIDES, Explanation, before_discount, sufficient_rule_counts
 
-__all__ = ["short_markdown", "sufficient_section"]
+__all__ = ["radius_sentence", "short_markdown", "sufficient_section"]
+
+
+def radius_sentence(radius: float, prediction: object) -> str:
+    """One sentence reading a decision's certified radius (`cbm.heads.operating.certified_radius`).
+
+    Parameters
+    ----------
+    radius : float, >= 0 or inf
+        The certified l_inf radius in concept units.
+    prediction : object
+        The decided class.
+
+    Returns
+    -------
+    str
+        A sentence naming the radius and what it certifies, or that nothing is certified (0).
+    """
+    cls = _md(prediction)
+    if radius >= 1.0:  # a box of half-width 1 holds [0, 1]^k
+        return (f"Certified radius {radius:.3g}: every concept vector in [0, 1] gets the class {cls}, "
+                "whatever the concept probabilities.")
+    if radius > 0:
+        return (f"Certified radius {radius:.3g}: any change of at most {radius:.3g} in each concept "
+                f"probability (within [0, 1]) leaves the class {cls}.")
+    return "Certified radius 0: no change of the concept probabilities is certified to leave the class."
 
 
 def _md(value: object) -> str:

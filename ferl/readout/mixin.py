@@ -1,6 +1,6 @@
-"""`ReadoutMixin`: `FERLClassifier`'s read-out methods (evidence, credal set, novelty, OOD score) over
-`ferl.readout.batch`, for an estimator fitted with ``tree_`` and ``leaf_gaussians_`` that validates its
-inputs (``_check_X``) and knows its gate margins (``_gate_margin``)."""
+"""`ReadoutMixin`: `FERLClassifier`'s read-out methods (evidence, credal set, novelty, OOD score, the
+robustness certificate) over `ferl.readout.batch`, for an estimator fitted with ``tree_`` and
+``leaf_gaussians_`` that validates its inputs (``_check_X``) and knows its gate margins (``_gate_margin``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,17 @@ from typing import Self
 
 import numpy as np
 
+from ferl._inputs import feature_domain
 from ferl.evidence.algebra import Evidence, discount_evidence
 from ferl.evidence.conformal import coverage_set
+from ferl.evidence.robustness import weights_radius
+from ferl.evidence.weights import rule_sources
 from ferl.novelty.discount import check_abstain, discounting, fit_operating_point, point_reliability
 from ferl.novelty.joint import fit_reference, joint_score
 from ferl.novelty.kinds import SCORE_KINDS, check_kind, default_kind
 from ferl.novelty.scores import AnomalousFeature, Novelty
 from ferl.readout.batch import CredalReadout, Readout, discounted, read_out
+from ferl.tree import certificate
 
 __all__ = ["ReadoutMixin", "read_score"]
 
@@ -283,6 +287,50 @@ class ReadoutMixin:
         """
         out = self._read(self._check_X(X), score=check_kind(default_kind(self) if kind is None else kind))
         return CredalReadout(self._credal_set(out.evidence, coverage), out.evidence, out.score)
+
+    def robustness_radius(self, X, domain=None) -> np.ndarray:
+        """Certified l_inf radius: within it (and the domain) the class cannot change, ndarray (n_samples,).
+
+        Tree evidence: the class of ``P_T`` (eq. 9), radius ``Delta(x) / (2 L_T)`` of appendix eq. 12,
+        0 where a gate is active or the top class is tied, capped so that the gates stay one
+        (`ferl.tree.certificate.robustness_radius`); ``P_T``'s class is not always the class
+        `predict` returns (BetP of the combined evidence). Learned weights of evidence (beyond the
+        paper): the class `predict` returns, BetP's arg-max (`ferl.evidence.robustness`, the proof
+        there); 0 with ``novelty_discount="rules"``, whose per-rule discount it does not bound.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features_in_)
+        domain : None, "training", (lo, hi) or array-like of shape (n_features_in_, 2), default=None
+            Where the perturbed inputs stay (`ferl._inputs.feature_domain`): None, every real
+            value (the paper's); ``"training"``, the training range; ``(0, 1)`` for concept
+            probabilities. An observed range that reaches the domain's edge caps nothing there.
+
+        Returns
+        -------
+        ndarray of shape (n_samples,), float64 >= 0
+            Every ``x'`` of the domain within the radius of ``x`` (``||x' - x||_inf`` below it for
+            the tree's evidence, at most it for learned weights) gets ``x``'s class; 0: nothing
+            certified; ``inf``: no point of the domain changes the class.
+
+        Raises
+        ------
+        ValueError
+            Bad ``X`` or ``domain``.
+        """
+        X = self._check_X(X)
+        return self._radius(X, *self.tree_.firing(X, bool(self.bounded_support), self._gate_margin()), domain)
+
+    def _radius(self, X, phi, lost, domain) -> np.ndarray:
+        """`robustness_radius` of validated ``X`` from its dense firing ``phi`` and gate losses ``lost``."""
+        bounds, gates = feature_domain(domain, self.feature_range_), bool(self.bounded_support)
+        if self.evidence_weights_ is None:
+            return certificate.robustness_radius(self.tree_, X, phi, lost, gates, bounds)
+        if self._discount_mode() == "rules":
+            return np.zeros(X.shape[0])
+        sources = rule_sources(X, self.feature_range_, phi[:, self.tree_.is_leaf])
+        return weights_radius(self.evidence_weights_, self.tree_, X, sources, self.feature_range_,
+                              self._gate_margin(), gates, bounds)
 
     # ------------------------------------------------------------------ novelty (ferl.novelty.scores)
     def _novelty(self, X) -> Novelty:

@@ -13,6 +13,12 @@ therefore also caps the radius by ``rho(x)``: the largest ``r`` such that every 
 can receive firing from some ``x'`` with ``||x' - x||_inf <= r`` keeps ``x'_f`` inside its observed range
 (reachability is over-approximated interval by interval, which only makes ``rho`` smaller). With the
 gates off the tree is a partition of unity everywhere and there is no cap.
+
+Beyond the paper, the perturbations may be confined to a domain ``[l_f, u_f]`` per feature (concept
+probabilities cannot leave [0, 1]): the box is intersected with it, so a node whose observed range
+reaches the domain's edge on one side (``lo_o <= l_f``) keeps its gate one on that side whatever the
+radius, and only the edges inside the domain cap ``rho``. With the unbounded domain (the default)
+the radius is the paper's.
 """
 
 from __future__ import annotations
@@ -77,9 +83,10 @@ def tree_probability(phi: np.ndarray, tree: FuzzyTree) -> np.ndarray:
 
 
 @njit(cache=True)
-def _gate_slack(X, radius, feature, trap, left, right, lo, hi):
-    """Per sample, the smallest distance from ``x_f`` to the edge of the observed range over the
-    internal nodes reachable within the ``l_inf`` box of the given radius (conservatively)."""
+def _gate_slack(X, radius, feature, trap, left, right, lo, hi, domain):
+    """Per sample, the smallest distance from ``x_f`` to an edge of the observed range that lies
+    inside the domain, over the internal nodes reachable within the ``l_inf`` box of the given
+    radius intersected with the domain (conservatively; the box always holds ``x``)."""
     n = X.shape[0]
     n_nodes = feature.shape[0]
     slack = np.full(n, np.inf)
@@ -94,9 +101,12 @@ def _gate_slack(X, radius, feature, trap, left, right, lo, hi):
             if f < 0 or not reach[o]:
                 continue
             x = X[i, f]
-            s = min(s, x - lo[o], hi[o] - x)
-            u = x - r
-            v = x + r
+            if lo[o] > domain[f, 0]:  # an edge at or past the domain's cannot be crossed
+                s = min(s, x - lo[o])
+            if hi[o] < domain[f, 1]:
+                s = min(s, hi[o] - x)
+            u = min(max(x - r, domain[f, 0]), x)
+            v = max(min(x + r, domain[f, 1]), x)
             if v >= trap[o, 0] and u <= trap[o, 3]:  # membership > 0 somewhere on [u, v]
                 reach[left[o]] = True
             if u <= trap[o, 1] or v >= trap[o, 2]:  # membership < 1 somewhere on [u, v]
@@ -106,13 +116,13 @@ def _gate_slack(X, radius, feature, trap, left, right, lo, hi):
 
 
 def robustness_radius(tree: FuzzyTree, X: np.ndarray, phi: np.ndarray, lost: np.ndarray,
-                      gates: bool) -> np.ndarray:
+                      gates: bool, domain: np.ndarray | None = None) -> np.ndarray:
     """Certified ``l_inf`` radius of each input (paper eq. 12, capped by the gate region).
 
     ``radius(x) = min(Delta(x) / (2 L_T), rho(x))`` where the gates are all one at ``x``, else 0;
     ``Delta`` is the gap between the two largest entries of ``P_T(x)`` (0 on a tie, hence radius 0)
     and ``rho`` the gate cap described in the module docstring (``inf`` with the gates off). Every
-    ``x'`` with ``||x' - x||_inf < radius(x)`` has ``argmax P_T(x') = argmax P_T(x)``.
+    ``x'`` of the domain with ``||x' - x||_inf < radius(x)`` has ``argmax P_T(x') = argmax P_T(x)``.
 
     Parameters
     ----------
@@ -122,6 +132,9 @@ def robustness_radius(tree: FuzzyTree, X: np.ndarray, phi: np.ndarray, lost: np.
         Firing and gate losses of ``X`` (`FuzzyTree.firing` with the same ``gates``).
     gates : bool
         Whether the bounded-support gates are on.
+    domain : ndarray of shape (n_features, 2) or None, default=None
+        Bounds ``(l_f, u_f)`` the perturbations stay in (`ferl._inputs.feature_domain`); None:
+        unbounded, the paper's certificate.
 
     Returns
     -------
@@ -139,7 +152,10 @@ def robustness_radius(tree: FuzzyTree, X: np.ndarray, phi: np.ndarray, lost: np.
         radius = np.where(delta > 0, np.inf, 0.0)
     if gates:
         radius = np.where(lost.sum(axis=1) > 0, 0.0, radius)
+        if domain is None:
+            domain = np.tile([-np.inf, np.inf], (X.shape[1], 1))
         slack = _gate_slack(np.ascontiguousarray(X, dtype=np.float64), radius, tree.feature,
-                            tree.trap, tree.left, tree.right, tree.lo, tree.hi)
+                            tree.trap, tree.left, tree.right, tree.lo, tree.hi,
+                            np.ascontiguousarray(domain, dtype=np.float64))
         radius = np.minimum(radius, np.maximum(slack, 0.0))
     return radius

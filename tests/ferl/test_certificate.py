@@ -6,6 +6,7 @@ from sklearn.datasets import load_wine
 from sklearn.preprocessing import MinMaxScaler
 
 from ferl import FERLClassifier
+from ferl._inputs import feature_domain
 from ferl.tree.certificate import lipschitz_constant, robustness_radius, tree_probability
 from ferl.tree.fuzzy_tree import SPLIT_LEARNED, FuzzyTree
 
@@ -124,3 +125,44 @@ def test_step_memberships_make_the_constant_infinite_and_the_radius_zero():
     clf = FERLClassifier("compact", partition="fixed", random_state=0).fit(X, y)
     assert lipschitz_constant(clf.tree_) == np.inf
     np.testing.assert_array_equal(clf.robustness_radius(X), 0.0)
+
+
+def _radius_in(tree, X, domain):
+    X = np.asarray(X, dtype=float)
+    phi, lost = tree.firing(X, True, np.ones(tree.n_nodes))
+    return robustness_radius(tree, X, phi, lost, True, feature_domain(domain, np.array([[0.0, 1.0]] * 2)))
+
+
+def test_a_domain_that_does_not_bind_keeps_the_papers_radius():
+    t = _hand_tree()
+    X = [[0.2, 0.5], [0.98, 0.5], [0.98, 0.1], [0.995, 0.1], [1.05, 0.1], [0.55, 0.1]]
+    paper = _radius(t, X)  # the values of test_radius_on_a_hand_built_tree
+    np.testing.assert_array_equal(_radius_in(t, X, None), paper)
+    np.testing.assert_array_equal(_radius_in(t, X, (-5.0, 5.0)), paper)  # wider than every node's range
+
+
+def test_a_node_range_on_the_domain_edge_no_longer_caps_the_radius():
+    """Both nodes observed [0, 1], the concepts' domain: a row on its edge (x0 = 1) had radius 0 (its
+    slack to the root's range), and 0.995 was capped at 0.005; in [0, 1] they are capped only by
+    eq. 12 (Delta = 0.6, L_T = 30: 0.01) and x1's slack 0.1 to the other node's range."""
+    t = _hand_tree()
+    X = [[1.0, 0.1], [0.995, 0.1], [0.98, 0.995]]
+    np.testing.assert_allclose(_radius(t, X), [0.0, 0.005, 0.0], atol=1e-12)
+    # the last row's leaf [0.5, 0.5] ties: 0 whatever the domain
+    np.testing.assert_allclose(_radius_in(t, X, (0.0, 1.0)), [0.01, 0.01, 0.0], atol=1e-12)
+
+
+def test_the_domain_radius_keeps_the_class_of_p_t_on_clipped_perturbations():
+    X, y = load_wine(return_X_y=True)
+    X = MinMaxScaler().fit_transform(X)  # every feature reaches 0 and 1: nodes' ranges touch the edges
+    clf = FERLClassifier("deep", width_factor=10.0, random_state=0).fit(X, y)
+    free, bounded = clf.robustness_radius(X), clf.robustness_radius(X, domain=(0.0, 1.0))
+    assert np.all(bounded >= free) and (bounded > free).sum() >= 5
+    rng = np.random.default_rng(0)
+    for i in np.flatnonzero(bounded > free):
+        delta = 0.999 * bounded[i] * np.vstack([rng.choice([-1.0, 1.0], size=(100, X.shape[1])),
+                                                rng.uniform(-1.0, 1.0, size=(100, X.shape[1]))])
+        phi, lost = clf._firing(np.clip(np.vstack([X[i], X[i] + delta]), 0.0, 1.0))
+        p = tree_probability(phi, clf.tree_)
+        assert (lost[1:].sum(axis=1) == 0).all()
+        assert (p[1:].argmax(axis=1) == p[0].argmax()).all()

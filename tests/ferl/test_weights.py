@@ -200,11 +200,13 @@ def test_coverage_set_is_the_plausibility_threshold_and_never_empty():
         coverage_set(pl, scores, 0.0)
 
 
-def test_a_learned_model_certifies_nothing(learned):
-    """The certificate (appendix A.3) bounds the tree's P_T; the learned weights decide instead."""
+def test_a_learned_model_certifies_the_class_of_its_weights(learned):
+    """The tree's certificate (appendix A.3) bounds P_T; a learned model's radius is the weights'
+    (`ferl.evidence.robustness`, tested in test_robustness.py): most rows get one."""
     clf, X, _ = learned
-    np.testing.assert_array_equal(clf.robustness_radius(X[600:620]), np.zeros(20))
-    assert clf.explain(X[600]).robustness_radius == 0.0
+    radius = clf.robustness_radius(X[600:620])
+    assert (radius > 0).sum() >= 10 and np.isfinite(radius).all()
+    assert clf.explain(X[600]).robustness_radius == radius[0]
 
 
 def test_features_used_counts_every_feature_the_learned_weights_read():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -9,7 +10,13 @@ import numpy as np
 import pytest
 
 from cbm.heads import load_head, make_head
-from cbm.heads.operating import decide, explain_decision, fit_operating_point, operating_from_dict
+from cbm.heads.operating import (
+    certified_radius,
+    decide,
+    explain_decision,
+    fit_operating_point,
+    operating_from_dict,
+)
 from ferl.evidence.adaptive import true_class_nll
 from ferl.io.persist import current_folder
 
@@ -137,3 +144,42 @@ def test_bad_input_is_named(head, call, message):
     with pytest.raises(ValueError, match=message):
         call(head)
     head.operating_ = saved
+
+
+def test_no_concept_vector_within_the_certified_radius_changes_the_decided_class(head):
+    """The radius certifies `decide`'s class whatever the feature score (the discount it sets is
+    uniform over the classes): 1000 points of the box (half vertices), clipped to [0, 1], each with
+    a random feature score from clean to far shifted."""
+    Xv, _, fv = head.val_
+    radius = certified_radius(head, Xv[:60])
+    assert (radius > 0).mean() >= 0.5
+    decided = decide(head, Xv[:60], fv[:60]).evidence.pignistic.argmax(axis=1)
+    np.testing.assert_array_equal(head.classes_[decided], head.predict(Xv[:60]))
+    rng = np.random.default_rng(4)
+    for i in np.flatnonzero(radius > 0)[:15]:
+        r = min(radius[i], 1.0)
+        steps = np.vstack([rng.uniform(-1, 1, (500, K)), rng.choice([-1.0, 1.0], (500, K))])
+        moved = np.clip(Xv[i] + r * steps, 0.0, 1.0)
+        dec = decide(head, moved, rng.uniform(0.0, 60.0, 1000))
+        assert dec.reliability.min() < 1  # some of them are discounted
+        assert (dec.evidence.pignistic.argmax(axis=1) == decided[i]).all()
+        assert explain_decision(head, Xv[i], float(fv[i])).robustness_radius == radius[i]
+
+
+def test_a_head_of_the_trees_evidence_certifies_nothing_about_its_decision(head):
+    Xv, yv, _ = head.val_
+    tree = make_head("ferl-medium").fit(Xv, yv, [f"k{j}" for j in range(K)])
+    assert (tree.model_.robustness_radius(Xv[:20], domain=(0, 1)) > 0).any()  # P_T's, not the decision's
+    np.testing.assert_array_equal(certified_radius(tree, Xv[:20]), np.zeros(20))
+    assert explain_decision(tree, Xv[0]).robustness_radius == 0.0
+
+
+def test_an_operating_point_that_discounts_below_the_floor_certifies_nothing(head):
+    """A reliability below `DISCOUNT_FLOOR` could round the certified lead away (exp(-20) ~ 2e-9)."""
+    Xv = head.val_[0][:10]
+    assert (certified_radius(head, Xv) > 0).any()
+    sets = head.operating_["sets"]
+    steep = copy.deepcopy(head)
+    steep.operating_["sets"] = {**sets, "widening": [20.0] * len(sets["widening"])}
+    np.testing.assert_array_equal(certified_radius(steep, Xv), np.zeros(10))
+    assert explain_decision(steep, Xv[0]).robustness_radius == 0.0

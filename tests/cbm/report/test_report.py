@@ -355,3 +355,31 @@ def test_report_gives_the_sufficient_rules_count_over_the_test_split(tiny):
     zero, one = 100 * np.mean(counts == 0), 100 * np.mean(counts == 1)
     assert f"| test images | {zero:.1f} % | {one:.1f} % |" in text
     assert "**Sufficient rules**: with the prior they alone reach 90 % of the margin" in text
+
+
+def test_the_report_gives_the_certified_radius_over_the_test_split(tiny):
+    from cbm.heads.operating import certified_radius
+
+    run = load_run(tiny)
+    radius = certified_radius(run.head("ferl-deep"), run.concepts("test"))
+    text = (tiny / "report.md").read_text()
+    section = text.split("## Certified robustness")[1].split("\n## ")[0]
+    assert "in calibrated concept probabilities" in section
+    positive = radius[radius > 0]
+    assert positive.size  # the tiny run's FERL-deep certifies some test images
+    q = np.quantile(radius, [0.25, 0.5, 0.75], method="lower")
+    row = (f"| {radius.size} | {100 * positive.size / radius.size:.1f} % | {q[0]:.3g} / {q[1]:.3g} / "
+           f"{q[2]:.3g} | {np.quantile(positive, 0.5, method='lower'):.3g} |")
+    assert row in section
+
+
+def test_the_radius_summary_counts_zeros_and_infinite_radii():
+    from cbm.report.robustness import radius_summary
+
+    s = radius_summary(np.array([0.0, 0.0, 0.1, 0.3, np.inf]))
+    assert s.n == 5 and s.certified == pytest.approx(0.6)
+    assert s.quartiles == (0.0, 0.1, 0.3) and s.certified_median == 0.3
+    assert radius_summary(np.zeros(3)).certified_median is None
+    for bad in (np.array([]), np.array([0.1, np.nan]), np.array([-0.1]), np.zeros((2, 2))):
+        with pytest.raises(ValueError, match="radii must be a non-empty 1-d array of numbers >= 0"):
+            radius_summary(bad)
