@@ -146,7 +146,8 @@ class Explanation:
     prior: float = 0.0
 
     def to_dict(self) -> dict:
-        """JSON-friendly nested dict (per-class values as a list of records)."""
+        """JSON-friendly nested dict (per-class values as a list of records; an infinite
+        ``robustness_radius`` as None)."""
         return {
             "prediction": self.prediction,
             "credal_set": list(self.credal_set),
@@ -156,7 +157,8 @@ class Explanation:
             "firing": self.firing,
             "ood_score": self.ood_score,
             "ood_kind": self.ood_kind,
-            "robustness_radius": self.robustness_radius,
+            # JSON has no infinity: None where every point of the domain keeps the class
+            "robustness_radius": self.robustness_radius if np.isfinite(self.robustness_radius) else None,
             "reliability": self.reliability,
             "classes": [
                 {"class": c, "probability": p, "belief": b, "plausibility": pl,

@@ -89,6 +89,19 @@ def test_json_and_markdown_renderings(fitted, data):
         assert listed == (round(s.firing, 3) > 0 or s is e.sources[0])
 
 
+def test_an_unbounded_radius_is_strict_json(fitted, data):
+    """An infinite certified radius (no point of the domain changes the class) was written as
+    ``Infinity``, which strict JSON readers refuse."""
+    from dataclasses import replace
+
+    e = replace(fitted.explain(data[0][100]), robustness_radius=float("inf"))
+
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    assert json.loads(e.to_json(), parse_constant=refuse)["robustness_radius"] is None
+
+
 def test_markdown_counts_rules_whose_firing_rounds_to_zero_instead_of_listing_them(fitted, data):
     X, _ = data
     e = fitted.explain(X[100])
