@@ -24,8 +24,9 @@ rows. A source that does not fire (``s = 0``) is vacuous. The penalty ``C = 1`` 
 and ECE in docs/results/concept-heads.md, ``scripts/bench_real_heads.py``).
 
 The combined mass function (derived in `evidence_from_weights`) has focal sets on the singletons,
-on Theta and on every set in between; its pignistic probability, plausibility, belief and
-interval-dominance set are exact.
+on Theta and on every set in between; its plausibility, belief and interval-dominance set are
+exact, its pignistic probability to within `BETP_TOL` (a quadrature with fewer nodes where the
+integrand is nearly of low degree).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ from sklearn.linear_model import LogisticRegression
 
 from ferl.evidence.algebra import Evidence
 
-__all__ = ["DECISIVE_SHARE", "PENALTY_C", "EvidenceWeights", "decisive_sources", "evidence_energy",
-           "evidence_from_weights", "fit_evidence_weights", "rule_sources"]
+__all__ = ["BETP_TOL", "DECISIVE_SHARE", "PENALTY_C", "EvidenceWeights", "decisive_sources",
+           "evidence_energy", "evidence_from_weights", "fit_evidence_weights", "rule_sources"]
 
 #: Inverse L2 penalty of the weights' log loss (scikit-learn's ``C``); see the module docstring.
 PENALTY_C = 1.0
@@ -51,6 +52,8 @@ PENALTY_C = 1.0
 DECISIVE_SHARE = 0.9
 #: Iterations of the weights' lbfgs fit.
 _MAX_ITER = 3000
+#: Largest change of a pignistic probability that fewer quadrature nodes may make (`_quadrature_nodes`).
+BETP_TOL = 1e-15
 #: Rows whose mass off the singletons and Theta is below this get BetP = m({c}) + m(Theta) / C
 #: without the integral: the mass left out bounds the error of every class's BetP.
 _BETWEEN_TOL = 1e-9
@@ -130,35 +133,57 @@ def fit_evidence_weights(sources: np.ndarray, y: np.ndarray, sample_weight: np.n
 
 @functools.cache
 def _legendre_table(n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights on [0, 1] for every factor count m <= n_classes, row m:
-    ``m // 2 + 1`` nodes (exact for the degree m - 1 of the pignistic integrand), zero-padded."""
+    """Gauss-Legendre nodes and weights on [0, 1], row ``k`` the ``k``-node rule (zero-padded), for
+    ``k <= n_classes // 2 + 1``: the most a pignistic integrand of ``n_classes`` factors needs."""
     size = n_classes // 2 + 1
-    nodes, weights = np.zeros((n_classes + 1, size)), np.zeros((n_classes + 1, size))
-    for m in range(1, n_classes + 1):
-        t, w = _legendre_rule(m // 2 + 1)
-        nodes[m, : t.size], weights[m, : w.size] = t, w
+    nodes, weights = np.zeros((size + 1, size)), np.zeros((size + 1, size))
+    for k in range(1, size + 1):
+        nodes[k, :k], weights[k, :k] = _legendre_rule(k)
     return nodes, weights
 
 
 @functools.cache
 def _legendre_rule(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k``-node Gauss-Legendre rule on [0, 1]: two factor counts share each (``m // 2 + 1``),
-    and every table reuses it."""
+    """The ``k``-node Gauss-Legendre rule on [0, 1] (every table reuses it)."""
     t, w = np.polynomial.legendre.leggauss(k)
     return (t + 1.0) / 2.0, w / 2.0
+
+
+@njit(cache=True)
+def _quadrature_nodes(m, total, exact):
+    """The fewest Gauss-Legendre nodes, at most ``exact``, whose error on the pignistic integrals
+    of ``m`` factors with ``a`` summing to ``total`` is at most `BETP_TOL` / ``m``.
+
+    In ``s = 1 - t`` the integrand ``prod_l (1 - a_l s)`` has the coefficients ``(-1)^j e_j(a)``
+    (elementary symmetric polynomials, ``e_j <= total^j / j!``); ``k`` nodes integrate ``s^j`` exactly
+    up to ``j = 2k - 1`` and, above, with an error below 1 (both the integral and the rule lie in
+    (0, 1)). So the error is at most the tail ``sum_{j >= 2k} total^j / j!``, bounded by its first
+    term over ``1 - total / (2k + 1)``. BetP multiplies an integral by at most ``m`` (the integral is
+    at least ``1 / m``, its product with the factor at most 1): BetP moves by at most `BETP_TOL`."""
+    term = 1.0  # total^j / j!
+    j = 0
+    for k in range(1, exact):
+        while j < 2 * k:
+            j += 1
+            term *= total / j
+        if j + 1 > total and m * term / (1.0 - total / (j + 1)) <= BETP_TOL:
+            return k
+    return exact
 
 
 @njit(cache=True)
 def _pignistic_integrals(a, nodes, weights):
     """``integral_0^1 prod_{l != k} (1 - a_l + a_l t) dt`` for every row and class (n, C).
 
-    Factors with ``a_l <= 1e-15`` are 1 to within it and are left out (the integrand's degree,
-    and so the number of quadrature nodes, is the number of classes not refuted outright); a class
-    left out gets the integral over the others, its own factor being 1. At each node the products
-    over ``l != k`` are a prefix product times a suffix product (three multiplications per factor,
-    no logs, no division). The factors ``b_l + a_l t`` lie in ``[t, 1]``: a product that
-    underflows is below 1e-300 while every integral is at least ``integral_0^1 t^(C-1) dt = 1 / C``,
-    so the underflow is far below the rounding of the result."""
+    Factors with ``a_l <= 1e-15`` are 1 to within it and are left out (the integrand's degree
+    is the number ``m`` of classes not refuted outright); a class left out gets the integral over
+    the others, its own factor being 1. Gauss-Legendre quadrature with ``m // 2 + 1`` nodes is exact;
+    where the ``a_l`` sum to little the integrand is nearly of low degree and fewer nodes
+    (`_quadrature_nodes`) are within `BETP_TOL` / ``m`` of it. At each node the products over
+    ``l != k`` are a prefix product times a suffix product (three multiplications per factor, no
+    logs, no division). The factors ``b_l + a_l t`` lie in ``[t, 1]``: a product that underflows is
+    below 1e-300 while every integral is at least ``integral_0^1 t^(C-1) dt = 1 / C``, so the
+    underflow is far below the rounding of the result."""
     n, n_classes = a.shape
     out = np.empty((n, n_classes))
     kept = np.empty(n_classes, dtype=np.int64)
@@ -167,16 +192,19 @@ def _pignistic_integrals(a, nodes, weights):
     acc = np.empty(n_classes)
     for i in range(n):
         m = 0
+        total = 0.0
         for k in range(n_classes):
             if a[i, k] > 1e-15:
                 kept[m] = k
                 a_kept[m] = a[i, k]
+                total += a[i, k]
                 m += 1
         acc[:m] = 0.0
         every = 0.0  # the quadrature of the product over every kept factor
-        for q in range(m // 2 + 1 if m > 0 else 1):
-            s = 1.0 - nodes[max(m, 1), q]
-            prefix[0] = weights[max(m, 1), q]
+        n_nodes = _quadrature_nodes(m, total, m // 2 + 1)
+        for q in range(n_nodes):
+            s = 1.0 - nodes[n_nodes, q]
+            prefix[0] = weights[n_nodes, q]
             for j in range(m):
                 prefix[j + 1] = prefix[j] * (1.0 - a_kept[j] * s)
             every += prefix[m]
@@ -210,8 +238,8 @@ def evidence_from_weights(weights: EvidenceWeights, sources: np.ndarray, energy:
       gives the ignorance),
     * ``Pl({k}) = a_k (1 + E_k) / (q Z)``, proportional to ``exp(w+_k - w-_k)``: the softmax,
     * ``BetP(k) = m({k}) + m(Theta) / C + a_k / (q Z) * integral_0^1 [prod_{l != k} (b_l + a_l t) -
-      prod_{l != k} b_l] dt - m(Theta) / C``, the integral by Gauss-Legendre quadrature (exact: a
-      polynomial in t of degree C - 1),
+      prod_{l != k} b_l] dt - m(Theta) / C``, the integral by Gauss-Legendre quadrature (a
+      polynomial in t of degree C - 1: exact, or within `BETP_TOL` of it, `_pignistic_integrals`),
     * the conflict ``1 - exp(-sum_k w+_k) q Z`` (sources on distinct singletons, every class
       refuted, and the two parts against each other).
 
