@@ -19,13 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ferl.evidence.algebra import combine, discount, discount_evidence
-from ferl.evidence.weights import (
-    SUFFICIENT_SHARE,
-    evidence_from_weights,
-    rule_sources,
-    sufficient_counts,
-    sufficient_sources,
-)
+from ferl.evidence.sufficiency import SUFFICIENT_SHARE, sufficient_counts, sufficient_sources
+from ferl.evidence.weights import evidence_from_weights, rule_sources
 from ferl.novelty.scores import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
@@ -112,8 +107,8 @@ class Explanation:
     decisive : tuple of (str, float, float, float)
         With learned weights of evidence (``evidence_weights="learned"``): the sufficient rules, the
         fewest whose weights of evidence alone, with the prior, reach
-        `ferl.evidence.weights.SUFFICIENT_SHARE` of the margin ``log Pl(prediction) -
-        log Pl(runner_up)`` (`ferl.evidence.weights.sufficient_sources`), strongest first, as (rule,
+        `ferl.evidence.sufficiency.SUFFICIENT_SHARE` of the margin ``log Pl(prediction) -
+        log Pl(runner_up)`` (`ferl.evidence.sufficiency.sufficient_sources`), strongest first, as (rule,
         source strength s(x), its part of the margin in nats, that part's share of the margin);
         empty for the tree's evidence, or where the prior alone decides.
     runner_up : object or None
@@ -366,7 +361,7 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
 
 def sufficient_rule_counts(model, X) -> np.ndarray:
     """How many sufficient rules each row's explanation lists (``len(model.explain(x).decisive)``),
-    for many rows at once (beyond the paper: `ferl.evidence.weights.sufficient_sources`).
+    for many rows at once (beyond the paper: `ferl.evidence.sufficiency.sufficient_sources`).
 
     Parameters
     ----------

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferl.evidence.weights import SUFFICIENT_SHARE
+from ferl.evidence.sufficiency import SUFFICIENT_SHARE
 from ferl.explain import PRIOR_DECIDES, Explanation, before_discount, sufficient_rule_counts
 
 __all__ = ["radius_sentence", "short_markdown", "sufficient_section"]

@@ -24,8 +24,9 @@ rows. A source that does not fire (``s = 0``) is vacuous. The penalty ``C = 1`` 
 and ECE in docs/results/concept-heads.md, ``scripts/bench_real_heads.py``).
 
 The combined mass function (derived in `evidence_from_weights`) has focal sets on the singletons,
-on Theta and on every set in between; its pignistic probability, plausibility, belief and
-interval-dominance set are exact.
+on Theta and on every set in between; its plausibility, belief and interval-dominance set are
+exact, its pignistic probability to within `BETP_TOL` (a quadrature with fewer nodes where the
+integrand is nearly of low degree).
 """
 
 from __future__ import annotations
@@ -42,16 +43,15 @@ from sklearn.linear_model import LogisticRegression
 
 from ferl.evidence.algebra import Evidence
 
-__all__ = ["PENALTY_C", "SUFFICIENT_SHARE", "EvidenceWeights", "evidence_energy", "evidence_from_weights",
-           "fit_evidence_weights", "rule_sources", "sufficient_counts", "sufficient_sources"]
+__all__ = ["BETP_TOL", "PENALTY_C", "EvidenceWeights", "evidence_energy", "evidence_from_weights",
+           "fit_evidence_weights", "rule_sources"]
 
 #: Inverse L2 penalty of the weights' log loss (scikit-learn's ``C``); see the module docstring.
 PENALTY_C = 1.0
-#: Share of the margin ``log Pl(top) - log Pl(runner-up)`` that an explanation's sufficient sources
-#: reach with the prior (`sufficient_sources`).
-SUFFICIENT_SHARE = 0.9
 #: Iterations of the weights' lbfgs fit.
 _MAX_ITER = 3000
+#: Largest change of a pignistic probability that fewer quadrature nodes may make (`_quadrature_nodes`).
+BETP_TOL = 1e-15
 #: Rows whose mass off the singletons and Theta is below this get BetP = m({c}) + m(Theta) / C
 #: without the integral: the mass left out bounds the error of every class's BetP.
 _BETWEEN_TOL = 1e-9
@@ -131,35 +131,57 @@ def fit_evidence_weights(sources: np.ndarray, y: np.ndarray, sample_weight: np.n
 
 @functools.cache
 def _legendre_table(n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights on [0, 1] for every factor count m <= n_classes, row m:
-    ``m // 2 + 1`` nodes (exact for the degree m - 1 of the pignistic integrand), zero-padded."""
+    """Gauss-Legendre nodes and weights on [0, 1], row ``k`` the ``k``-node rule (zero-padded), for
+    ``k <= n_classes // 2 + 1``: the most a pignistic integrand of ``n_classes`` factors needs."""
     size = n_classes // 2 + 1
-    nodes, weights = np.zeros((n_classes + 1, size)), np.zeros((n_classes + 1, size))
-    for m in range(1, n_classes + 1):
-        t, w = _legendre_rule(m // 2 + 1)
-        nodes[m, : t.size], weights[m, : w.size] = t, w
+    nodes, weights = np.zeros((size + 1, size)), np.zeros((size + 1, size))
+    for k in range(1, size + 1):
+        nodes[k, :k], weights[k, :k] = _legendre_rule(k)
     return nodes, weights
 
 
 @functools.cache
 def _legendre_rule(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k``-node Gauss-Legendre rule on [0, 1]: two factor counts share each (``m // 2 + 1``),
-    and every table reuses it."""
+    """The ``k``-node Gauss-Legendre rule on [0, 1] (every table reuses it)."""
     t, w = np.polynomial.legendre.leggauss(k)
     return (t + 1.0) / 2.0, w / 2.0
+
+
+@njit(cache=True)
+def _quadrature_nodes(m, total, exact):
+    """The fewest Gauss-Legendre nodes, at most ``exact``, whose error on the pignistic integrals
+    of ``m`` factors with ``a`` summing to ``total`` is at most `BETP_TOL` / ``m``.
+
+    In ``s = 1 - t`` the integrand ``prod_l (1 - a_l s)`` has the coefficients ``(-1)^j e_j(a)``
+    (elementary symmetric polynomials, ``e_j <= total^j / j!``); ``k`` nodes integrate ``s^j`` exactly
+    up to ``j = 2k - 1`` and, above, with an error below 1 (both the integral and the rule lie in
+    (0, 1)). So the error is at most the tail ``sum_{j >= 2k} total^j / j!``, bounded by its first
+    term over ``1 - total / (2k + 1)``. BetP multiplies an integral by at most ``m`` (the integral is
+    at least ``1 / m``, its product with the factor at most 1): BetP moves by at most `BETP_TOL`."""
+    term = 1.0  # total^j / j!
+    j = 0
+    for k in range(1, exact):
+        while j < 2 * k:
+            j += 1
+            term *= total / j
+        if j + 1 > total and m * term / (1.0 - total / (j + 1)) <= BETP_TOL:
+            return k
+    return exact
 
 
 @njit(cache=True)
 def _pignistic_integrals(a, nodes, weights):
     """``integral_0^1 prod_{l != k} (1 - a_l + a_l t) dt`` for every row and class (n, C).
 
-    Factors with ``a_l <= 1e-15`` are 1 to within it and are left out (the integrand's degree,
-    and so the number of quadrature nodes, is the number of classes not refuted outright); a class
-    left out gets the integral over the others, its own factor being 1. At each node the products
-    over ``l != k`` are a prefix product times a suffix product (three multiplications per factor,
-    no logs, no division). The factors ``b_l + a_l t`` lie in ``[t, 1]``: a product that
-    underflows is below 1e-300 while every integral is at least ``integral_0^1 t^(C-1) dt = 1 / C``,
-    so the underflow is far below the rounding of the result."""
+    Factors with ``a_l <= 1e-15`` are 1 to within it and are left out (the integrand's degree
+    is the number ``m`` of classes not refuted outright); a class left out gets the integral over
+    the others, its own factor being 1. Gauss-Legendre quadrature with ``m // 2 + 1`` nodes is exact;
+    where the ``a_l`` sum to little the integrand is nearly of low degree and fewer nodes
+    (`_quadrature_nodes`) are within `BETP_TOL` / ``m`` of it. At each node the products over
+    ``l != k`` are a prefix product times a suffix product (three multiplications per factor, no
+    logs, no division). The factors ``b_l + a_l t`` lie in ``[t, 1]``: a product that underflows is
+    below 1e-300 while every integral is at least ``integral_0^1 t^(C-1) dt = 1 / C``, so the
+    underflow is far below the rounding of the result."""
     n, n_classes = a.shape
     out = np.empty((n, n_classes))
     kept = np.empty(n_classes, dtype=np.int64)
@@ -168,16 +190,19 @@ def _pignistic_integrals(a, nodes, weights):
     acc = np.empty(n_classes)
     for i in range(n):
         m = 0
+        total = 0.0
         for k in range(n_classes):
             if a[i, k] > 1e-15:
                 kept[m] = k
                 a_kept[m] = a[i, k]
+                total += a[i, k]
                 m += 1
         acc[:m] = 0.0
         every = 0.0  # the quadrature of the product over every kept factor
-        for q in range(m // 2 + 1 if m > 0 else 1):
-            s = 1.0 - nodes[max(m, 1), q]
-            prefix[0] = weights[max(m, 1), q]
+        n_nodes = _quadrature_nodes(m, total, m // 2 + 1)
+        for q in range(n_nodes):
+            s = 1.0 - nodes[n_nodes, q]
+            prefix[0] = weights[n_nodes, q]
             for j in range(m):
                 prefix[j + 1] = prefix[j] * (1.0 - a_kept[j] * s)
             every += prefix[m]
@@ -211,8 +236,8 @@ def evidence_from_weights(weights: EvidenceWeights, sources: np.ndarray, energy:
       gives the ignorance),
     * ``Pl({k}) = a_k (1 + E_k) / (q Z)``, proportional to ``exp(w+_k - w-_k)``: the softmax,
     * ``BetP(k) = m({k}) + m(Theta) / C + a_k / (q Z) * integral_0^1 [prod_{l != k} (b_l + a_l t) -
-      prod_{l != k} b_l] dt - m(Theta) / C``, the integral by Gauss-Legendre quadrature (exact: a
-      polynomial in t of degree C - 1),
+      prod_{l != k} b_l] dt - m(Theta) / C``, the integral by Gauss-Legendre quadrature (a
+      polynomial in t of degree C - 1: exact, or within `BETP_TOL` of it, `_pignistic_integrals`),
     * the conflict ``1 - exp(-sum_k w+_k) q Z`` (sources on distinct singletons, every class
       refuted, and the two parts against each other).
 
@@ -287,101 +312,6 @@ def _combine(w_plus: np.ndarray, w_minus: np.ndarray) -> Evidence:
     conflict = np.clip(-np.expm1(-w_plus.sum(axis=1) + log_norm + top[:, 0]), 0.0, 1.0)
     return Evidence(mass=mass, ignorance=ignorance, conflict=conflict, between_pl=between_pl,
                     between_betp=between_betp)
-
-
-def _margin_parts(weights: EvidenceWeights, sources: np.ndarray, top: np.ndarray, runner_up: np.ndarray
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the prior's part ``beta_0,top - beta_0,runner-up`` (n,) and each source's part
-    ``(beta_top,j - beta_runner-up,j) s_j(x)`` (n, n_sources) of the margin of log-plausibility."""
-    return (weights.intercept[top] - weights.intercept[runner_up],
-            (weights.coef[top] - weights.coef[runner_up]) * sources)
-
-
-def sufficient_counts(weights: EvidenceWeights, sources: np.ndarray, top: np.ndarray, runner_up: np.ndarray,
-                      share: float = SUFFICIENT_SHARE) -> np.ndarray:
-    """How many sources `sufficient_sources` lists for each input, vectorised (beyond the paper).
-
-    Parameters
-    ----------
-    weights : EvidenceWeights
-    sources : ndarray of shape (n, n_sources), float64 in [0, 1]
-        `rule_sources` of the inputs.
-    top, runner_up : ndarray of shape (n,), int
-        Class indices per input (the predicted class and the next one).
-    share : float in (0, 1]
-
-    Returns
-    -------
-    ndarray of shape (n,), int64 >= 0
-        0 where the prior alone reaches the share, or where the margin is not positive (nothing
-        decides ``top`` over ``runner_up`` in plausibility).
-
-    Raises
-    ------
-    ValueError
-        ``share`` outside (0, 1], or shapes that do not match.
-    """
-    if not 0.0 < share <= 1.0:
-        raise ValueError(f"share must be in (0, 1], got {share!r}")
-    sources = np.atleast_2d(np.asarray(sources, dtype=np.float64))
-    top, runner_up = np.atleast_1d(top), np.atleast_1d(runner_up)
-    if top.shape != (sources.shape[0],) or runner_up.shape != top.shape:
-        raise ValueError(f"top and runner_up need one class per row of sources ({sources.shape[0]}), got "
-                         f"shapes {top.shape} and {runner_up.shape}")
-    prior, parts = _margin_parts(weights, sources, top, runner_up)
-    margin = prior + parts.sum(axis=1)
-    ranked = -np.sort(-parts, axis=1)  # strongest first: the positive parts lead
-    reached = np.cumsum(np.maximum(ranked, 0.0), axis=1) + prior[:, None]
-    need = (share * margin * (1 - 1e-12))[:, None]
-    count = np.where(prior >= need[:, 0], 0, 1 + np.argmax(reached >= need, axis=1))
-    return np.where(margin > 0, count, 0).astype(np.int64)
-
-
-def sufficient_sources(weights: EvidenceWeights, sources: np.ndarray, top: int, runner_up: int,
-                       share: float = SUFFICIENT_SHARE) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The fewest sources whose weights of evidence alone, with the prior, decide ``top`` over
-    ``runner_up`` (beyond the paper: the reading of an explanation a person can check by hand).
-
-    Source ``j`` adds ``(beta_top,j - beta_runner-up,j) s_j(x)`` to the margin
-    ``M = log Pl(top) - log Pl(runner_up)`` (the plausibilities' log ratio is linear in the weights
-    of evidence), the prior ``beta_0,top - beta_0,runner-up``. The sources are taken strongest first
-    until the prior plus their parts reach ``share * M``: with only the prior and those sources the
-    margin is still at least ``share * M > 0``, so they alone put ``top`` ahead. Sufficiency
-    rather than a share of the positive parts' total: on real concepts many small positive parts
-    cancel against negative ones, and listing them explains nothing (the measured counts of both
-    readings: docs/results/real-heads.md).
-
-    Parameters
-    ----------
-    weights : EvidenceWeights
-    sources : ndarray of shape (n_sources,), float64 in [0, 1]
-        `rule_sources` of one input.
-    top, runner_up : int
-        Class indices.
-    share : float in (0, 1]
-
-    Returns
-    -------
-    index : ndarray of int64
-        The listed sources' indices (features first, then leaves, as in `rule_sources`), strongest
-        first; empty where the prior alone reaches the share or the margin is not positive.
-    contribution : ndarray of float64
-        Their parts of the margin, in nats (> 0).
-    margin : float
-        ``M`` in nats.
-    prior : float
-        The prior's part of ``M`` (``beta_0,top - beta_0,runner-up``), in nats.
-
-    Raises
-    ------
-    ValueError
-        ``share`` outside (0, 1].
-    """
-    row, top_, runner_up_ = sources[None, :], np.array([top]), np.array([runner_up])
-    count = int(sufficient_counts(weights, row, top_, runner_up_, share)[0])
-    prior, parts = _margin_parts(weights, row, top_, runner_up_)
-    order = np.argsort(-parts[0], kind="stable")[:count]
-    return order, parts[0, order], float(prior[0] + parts[0].sum()), float(prior[0])
 
 
 def evidence_energy(weights: EvidenceWeights, sources: np.ndarray) -> np.ndarray:

@@ -12,9 +12,12 @@ from sklearn.linear_model import LogisticRegression
 from ferl import FERLClassifier
 from ferl.evidence.conformal import coverage_set
 from ferl.evidence.weights import (
+    BETP_TOL,
     EvidenceWeights,
+    _legendre_rule,
     _legendre_table,
     _pignistic_integrals,
+    _quadrature_nodes,
     evidence_from_weights,
     fit_evidence_weights,
     rule_sources,
@@ -129,6 +132,31 @@ def test_pignistic_integral_is_exact_where_its_products_underflow(n_classes):
     np.testing.assert_allclose(out[0], 1.0 / n_classes, rtol=1e-10)
     np.testing.assert_allclose(out[1, 1:], 1.0 / (n_classes - 1), rtol=1e-10)
     assert out[1, 0] == pytest.approx(1.0 / n_classes, rel=1e-10)
+
+
+def test_fewer_nodes_only_where_the_integrand_is_nearly_of_low_degree():
+    """200 factors (101 nodes exact): a few nodes where the ``a`` sum to a few units, all 101 where
+    they sum to 200, the most a sum can be."""
+    assert _quadrature_nodes(200, 0.5, 101) <= 10
+    assert 10 < _quadrature_nodes(200, 4.0, 101) <= 20
+    assert _quadrature_nodes(200, 200.0, 101) == 101
+    assert _quadrature_nodes(0, 0.0, 1) == 1
+
+
+@pytest.mark.parametrize("total", [0.05, 1.0, 4.0, 15.0])
+def test_pignistic_integrals_with_fewer_nodes_stay_within_the_tolerance(total):
+    """Against the 128-node rule (exact to degree 255 > 199): every integral within ``BETP_TOL / m``
+    plus rounding (the integral is below 1, of 200 products)."""
+    rng = np.random.default_rng(int(total * 100))
+    a = rng.dirichlet(np.ones(200), size=20) * total
+    a[:, :5] = np.minimum(a[:, :5] * 50, 1.0)  # a few classes far less refuted than the rest
+    nodes, weights = _legendre_table(200)
+    out = _pignistic_integrals(a, nodes, weights)
+    t, w = _legendre_rule(128)
+    factors = 1.0 - a[:, :, None] * (1.0 - t)  # (rows, classes, nodes)
+    every = np.prod(factors, axis=1, keepdims=True)
+    exact = np.einsum("ikq,q->ik", every / factors, w)
+    np.testing.assert_allclose(out, exact, rtol=0, atol=BETP_TOL / 200 + 1e-14)
 
 
 @pytest.fixture(scope="module")
