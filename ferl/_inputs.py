@@ -180,7 +180,8 @@ def feature_domain(domain, feature_range: np.ndarray) -> np.ndarray:
     Raises
     ------
     ValueError
-        A string other than ``"training"``, bounds of another shape, NaN, or ``lo > hi``.
+        A string other than ``"training"``, bounds of another shape, NaN, ``lo > hi``, or bounds
+        that hold no real value (``lo = inf`` or ``hi = -inf``).
     """
     n_features = feature_range.shape[0]
     if domain is None:
@@ -199,7 +200,10 @@ def feature_domain(domain, feature_range: np.ndarray) -> np.ndarray:
     if bounds.shape != (n_features, 2):
         raise ValueError(f"domain must be (lo, hi) or an array of shape ({n_features}, 2), got shape "
                          f"{bounds.shape}")
-    if np.isnan(bounds).any() or (bounds[:, 0] > bounds[:, 1]).any():
-        bad = int(np.flatnonzero(np.isnan(bounds).any(axis=1) | (bounds[:, 0] > bounds[:, 1]))[0])
-        raise ValueError(f"domain of feature {bad} is {bounds[bad].tolist()}: need lo <= hi, no NaN")
+    empty = (np.isnan(bounds).any(axis=1) | (bounds[:, 0] > bounds[:, 1]) | (bounds[:, 0] == np.inf)
+             | (bounds[:, 1] == -np.inf))
+    if empty.any():
+        bad = int(np.flatnonzero(empty)[0])
+        raise ValueError(f"domain of feature {bad} is {bounds[bad].tolist()}: need lo <= hi, lo < inf, "
+                         "hi > -inf and no NaN (a domain that holds a real value)")
     return bounds

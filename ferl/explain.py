@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
 from ferl.evidence.algebra import combine, discount, discount_evidence
 from ferl.evidence.sufficiency import SUFFICIENT_SHARE, sufficient_counts, sufficient_sources
@@ -24,11 +25,14 @@ from ferl.evidence.weights import evidence_from_weights, rule_sources
 from ferl.novelty.scores import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
-__all__ = ["PRIOR_DECIDES", "FiredSource", "Explanation", "before_discount", "build_explanation",
+__all__ = ["NO_MARGIN", "PRIOR_DECIDES", "FiredSource", "Explanation", "before_discount", "build_explanation",
            "sufficient_rule_counts"]
 
 #: What an explanation says where the prior alone reaches the sufficient share of the margin.
-PRIOR_DECIDES = "The prior alone reaches it: the rules' parts cancel out between these two classes."
+PRIOR_DECIDES = "The prior alone reaches it: together, the rules add nothing to the prediction's lead."
+#: What an explanation says where the plausibilities' order differs from BetP's (margin <= 0).
+NO_MARGIN = ("**Sufficient rules**: none: the prediction (the largest BetP) does not lead the runner-up "
+             "in plausibility, so no rules decide it over the runner-up.")
 
 
 @dataclass(frozen=True)
@@ -110,13 +114,15 @@ class Explanation:
         `ferl.evidence.sufficiency.SUFFICIENT_SHARE` of the margin ``log Pl(prediction) -
         log Pl(runner_up)`` (`ferl.evidence.sufficiency.sufficient_sources`), strongest first, as (rule,
         source strength s(x), its part of the margin in nats, that part's share of the margin);
-        empty for the tree's evidence, or where the prior alone decides.
+        empty for the tree's evidence, where the prior alone decides, or where the margin is not
+        positive (BetP's top class is not the plausibilities': a near tie).
     runner_up : object or None
         The class with the second largest BetP (None for a single class).
-    margin : float
-        ``log Pl(prediction) - log Pl(runner_up)`` in nats with learned weights, else 0.
-    prior : float
-        The prior's part of ``margin`` in nats (the weights' intercepts), else 0.
+    margin : float or None
+        ``log Pl(prediction) - log Pl(runner_up)`` in nats with learned weights; None for the
+        tree's evidence or a single class.
+    prior : float or None
+        The prior's part of ``margin`` in nats (the weights' intercepts); None where ``margin`` is.
     """
 
     classes: tuple
@@ -137,8 +143,8 @@ class Explanation:
     reliability: float = 1.0
     decisive: tuple = ()
     runner_up: object = None
-    margin: float = 0.0
-    prior: float = 0.0
+    margin: float | None = None
+    prior: float | None = None
 
     def to_dict(self) -> dict:
         """JSON-friendly nested dict (per-class values as a list of records; an infinite
@@ -212,7 +218,9 @@ class Explanation:
         for c, p, b, pl in zip(self.classes, self.probability, self.belief, self.plausibility, strict=True):
             mark = "✓" if c in self.credal_set else ""
             lines.append(f"| {_md(c)} | {p:{f}} | {b:{f}} | {pl:{f}} | {mark} |")
-        if self.margin > 0:
+        if self.margin is not None and self.margin <= 0:
+            lines += ["", NO_MARGIN]
+        if self.margin is not None and self.margin > 0:
             lines += ["", f"**Sufficient rules**: with the prior ({self.prior:{f}} nats) they alone reach "
                           f"{100 * SUFFICIENT_SHARE:g} % of the margin log Pl({_md(self.prediction)}) − "
                           f"log Pl({_md(self.runner_up)}) = {self.margin:{f}} nats"
@@ -327,7 +335,7 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
         ))
     in_set = ev.credal_set[0]
     proba = ev.pignistic[0]
-    decisive, runner_up, margin, prior = (), None, 0.0, 0.0
+    decisive, runner_up, margin, prior = (), None, None, None
     if weights is not None and len(classes) > 1:
         first, second = np.argsort(-paper.pignistic[0], kind="stable")[:2]
         kept, contribution, margin, prior = sufficient_sources(weights[0], strengths[0], int(first),
@@ -375,10 +383,13 @@ def sufficient_rule_counts(model, X) -> np.ndarray:
 
     Raises
     ------
+    sklearn.exceptions.NotFittedError
+        An unfitted model.
     ValueError
         Bad ``X``, or a model that reads its evidence from the tree (no weights of evidence, so no
         margin of log-plausibility to split into rules' parts).
     """
+    check_is_fitted(model)
     weights = model._weights()
     if weights is None:
         raise ValueError("sufficient rules need learned weights of evidence (evidence_weights='learned'); "

@@ -97,8 +97,11 @@ def _feature_scores(feature_score, n: int, where: str) -> np.ndarray | None:
     if feature_score is None:
         return None
     score = np.asarray(feature_score, dtype=np.float64)
-    if score.shape != (n,) or not np.all(np.isfinite(score)):
-        raise ValueError(f"{where}: feature scores must be {n} finite numbers, got shape {score.shape}")
+    if score.shape != (n,):
+        raise ValueError(f"{where}: feature scores must be {n} numbers, one per row, got shape {score.shape}")
+    if not np.all(np.isfinite(score)):
+        bad = int(np.flatnonzero(~np.isfinite(score))[0])
+        raise ValueError(f"{where}: the feature score of row {bad} is {score[bad]}: it must be finite")
     return score
 
 
@@ -245,8 +248,8 @@ def decide(head, X: np.ndarray, feature_score: np.ndarray | None = None) -> Deci
                      shift, shift > point["shift_threshold"], reliability)
 
 
-def explain_decision(head, x: np.ndarray, feature_score: float | None = None, top_k: int | None = 5,
-                     decision: Decisions | None = None) -> Explanation:
+def explain_decision(head, x: np.ndarray, feature_score: float | None = None,
+                     top_k: int | None = 5) -> Explanation:
     """The explanation of one row at the product's operating point.
 
     The model's explanation (`ferl.FERLClassifier.explain`, its rules, sources and anomalous
@@ -264,15 +267,21 @@ def explain_decision(head, x: np.ndarray, feature_score: float | None = None, to
         Its image's feature typicality (None: unknown).
     top_k : int or None
         Anomalous attributes listed.
-    decision : Decisions or None
-        `decide`'s output for this one row when already computed.
+
+    Raises
+    ------
+    ValueError
+        Not one concept vector (several rows), bad concept values, or a feature score that is not
+        one finite number.
     """
-    x = np.asarray(x, dtype=np.float64).reshape(1, -1)
-    base = head.model_.explain(head._check_X(x)[0], top_k=top_k, kind=head.ood_kind, domain=CONCEPT_DOMAIN)
+    shape = np.shape(x)
+    if len(shape) not in (1, 2) or (len(shape) == 2 and shape[0] != 1):
+        raise ValueError(f"explain_decision takes one concept vector, got an array of shape {shape}")
+    x = head._check_X(np.asarray(x).reshape(1, -1) if len(shape) == 1 else x)
+    base = head.model_.explain(x[0], top_k=top_k, kind=head.ood_kind, domain=CONCEPT_DOMAIN)
     if not _certifies_decision(head):
         base = replace(base, robustness_radius=0.0)
-    dec = decision if decision is not None else decide(
-        head, x, None if feature_score is None else np.array([feature_score], dtype=np.float64))
+    dec = decide(head, x, None if feature_score is None else np.array([feature_score], dtype=np.float64))
     ev, classes = dec.evidence, base.classes
     return replace(base, probability=tuple(float(v) for v in ev.pignistic[0]),
                    belief=tuple(float(v) for v in ev.mass[0]),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ferl.evidence.sufficiency import SUFFICIENT_SHARE
-from ferl.explain import PRIOR_DECIDES, Explanation, before_discount, sufficient_rule_counts
+from ferl.explain import NO_MARGIN, PRIOR_DECIDES, Explanation, before_discount, sufficient_rule_counts
 
 __all__ = ["radius_sentence", "short_markdown", "sufficient_section"]
 
@@ -89,8 +89,10 @@ def _rules(ex: Explanation, top: int) -> list[str]:
 
 def _sufficient(ex: Explanation, top: int) -> list[str]:
     """The sufficient rules (`ferl.explain.Explanation.decisive`), at most ``top`` of them."""
-    if ex.margin <= 0:
+    if ex.margin is None:
         return []
+    if ex.margin <= 0:
+        return [NO_MARGIN, ""]
     lines = ["**Sufficient rules**: with the prior they alone reach "
              f"{100 * SUFFICIENT_SHARE:g} % of the margin log Pl({_md(ex.prediction)}) − log "
              f"Pl({_md(ex.runner_up)}) = {ex.margin:.3f} nats{before_discount(ex.reliability)}.", ""]

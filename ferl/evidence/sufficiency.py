@@ -9,6 +9,8 @@ explanation that a person can check by hand (`ferl.explain.Explanation.decisive`
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 
 from ferl.evidence.weights import EvidenceWeights
@@ -26,6 +28,30 @@ def _margin_parts(weights: EvidenceWeights, sources: np.ndarray, top: np.ndarray
     ``(beta_top,j - beta_runner-up,j) s_j(x)`` (n, n_sources) of the margin of log-plausibility."""
     return (weights.intercept[top] - weights.intercept[runner_up],
             (weights.coef[top] - weights.coef[runner_up]) * sources)
+
+
+def _check(weights: EvidenceWeights, sources, top, runner_up, share
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated ``sources`` (n, n_sources) and class indices ``top``, ``runner_up`` (n,)."""
+    if isinstance(share, bool) or not isinstance(share, Real) or not 0.0 < share <= 1.0:
+        raise ValueError(f"share must be a number in (0, 1], got {share!r}")
+    n_classes, n_sources = weights.coef.shape
+    sources = np.atleast_2d(np.asarray(sources, dtype=np.float64))
+    if sources.ndim != 2 or sources.shape[1] != n_sources:
+        raise ValueError(f"sources must have shape (n, {n_sources}) (one strength per source of the "
+                         f"weights), got {sources.shape}")
+    if not np.all((sources >= 0.0) & (sources <= 1.0)):
+        raise ValueError("sources must be strengths in [0, 1] (no NaN)")
+    top, runner_up = np.atleast_1d(top), np.atleast_1d(runner_up)
+    if top.shape != (sources.shape[0],) or runner_up.shape != top.shape:
+        raise ValueError(f"top and runner_up need one class per row of sources ({sources.shape[0]}), got "
+                         f"shapes {top.shape} and {runner_up.shape}")
+    for name, k in (("top", top), ("runner_up", runner_up)):
+        if k.dtype.kind not in "iu" or np.any((k < 0) | (k >= n_classes)):
+            raise ValueError(f"{name} must be class indices in [0, {n_classes}), got {k.tolist()[:5]}")
+    if np.any(top == runner_up):
+        raise ValueError("top and runner_up must be different classes")
+    return sources, top, runner_up
 
 
 def sufficient_counts(weights: EvidenceWeights, sources: np.ndarray, top: np.ndarray, runner_up: np.ndarray,
@@ -50,15 +76,10 @@ def sufficient_counts(weights: EvidenceWeights, sources: np.ndarray, top: np.nda
     Raises
     ------
     ValueError
-        ``share`` outside (0, 1], or shapes that do not match.
+        ``share`` outside (0, 1]; sources of another width or outside [0, 1]; class indices out of
+        range, not integers, or ``top == runner_up``; shapes that do not match.
     """
-    if not 0.0 < share <= 1.0:
-        raise ValueError(f"share must be in (0, 1], got {share!r}")
-    sources = np.atleast_2d(np.asarray(sources, dtype=np.float64))
-    top, runner_up = np.atleast_1d(top), np.atleast_1d(runner_up)
-    if top.shape != (sources.shape[0],) or runner_up.shape != top.shape:
-        raise ValueError(f"top and runner_up need one class per row of sources ({sources.shape[0]}), got "
-                         f"shapes {top.shape} and {runner_up.shape}")
+    sources, top, runner_up = _check(weights, sources, top, runner_up, share)
     prior, parts = _margin_parts(weights, sources, top, runner_up)
     margin = prior + parts.sum(axis=1)
     ranked = -np.sort(-parts, axis=1)  # strongest first: the positive parts lead
@@ -106,9 +127,12 @@ def sufficient_sources(weights: EvidenceWeights, sources: np.ndarray, top: int, 
     Raises
     ------
     ValueError
-        ``share`` outside (0, 1].
+        As `sufficient_counts`, or ``sources`` not one row.
     """
-    row, top_, runner_up_ = sources[None, :], np.array([top]), np.array([runner_up])
+    row = np.asarray(sources, dtype=np.float64)
+    if row.ndim != 1:
+        raise ValueError(f"sources must be the strengths of one input, shape (n_sources,), got {row.shape}")
+    row, top_, runner_up_ = row[None, :], np.array([top]), np.array([runner_up])
     count = int(sufficient_counts(weights, row, top_, runner_up_, share)[0])
     prior, parts = _margin_parts(weights, row, top_, runner_up_)
     order = np.argsort(-parts[0], kind="stable")[:count]

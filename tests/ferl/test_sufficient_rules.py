@@ -38,12 +38,25 @@ def test_the_listed_sources_are_the_fewest_that_reach_the_share(seed, n_sources,
     assert sufficient_counts(weights, s[None], np.array([0]), np.array([1]), share)[0] == index.size
 
 
-def test_counts_check_their_share_and_shapes():
+@pytest.mark.parametrize("sources, top, runner_up, share, message", [
+    (np.ones((1, 3)), [0], [1], 0.0, "share must be a number in"),
+    (np.ones((1, 3)), [0], [1], True, "share must be a number in"),
+    (np.ones((2, 3)), [0], [1], 0.9, "one class per row"),
+    (np.ones((1, 4)), [0], [1], 0.9, r"shape \(n, 3\)"),
+    (np.full((1, 3), np.nan), [0], [1], 0.9, r"strengths in \[0, 1\]"),
+    (-np.ones((1, 3)), [0], [1], 0.9, r"strengths in \[0, 1\]"),
+    (np.ones((1, 3)), [-1], [1], 0.9, r"class indices in \[0, 2\)"),
+    (np.ones((1, 3)), [0.0], [1], 0.9, "class indices"),
+    (np.ones((1, 3)), [1], [1], 0.9, "different classes"),
+])
+def test_counts_check_their_inputs(sources, top, runner_up, share, message):
+    """Bad strengths or class indices gave numpy's broadcast errors, a last class for -1, or a NaN
+    margin with no sources."""
     weights = EvidenceWeights(coef=np.ones((2, 3)), intercept=np.zeros(2))
-    with pytest.raises(ValueError, match="share must be in"):
-        sufficient_counts(weights, np.ones((1, 3)), np.array([0]), np.array([1]), share=0.0)
-    with pytest.raises(ValueError, match="one class per row"):
-        sufficient_counts(weights, np.ones((2, 3)), np.array([0]), np.array([1]))
+    with pytest.raises(ValueError, match=message):
+        sufficient_counts(weights, sources, np.array(top), np.array(runner_up), share=share)
+    with pytest.raises(ValueError, match="one input"):
+        sufficient_sources(weights, np.ones((2, 3)), 0, 1)
 
 
 @pytest.fixture(scope="module")
@@ -77,10 +90,28 @@ def test_explanations_list_the_sufficient_rules_of_their_margin(learned):
     assert ex.to_dict()["decisive"][0]["share"] == pytest.approx(ex.decisive[0][3])
 
 
+def test_a_margin_that_is_not_positive_says_so(learned):
+    """Where BetP's top class does not lead in plausibility the section vanished without a word."""
+    from dataclasses import replace
+
+    from ferl.explain import NO_MARGIN
+
+    model, X = learned
+    ex = replace(model.explain(X[0]), decisive=(), margin=-0.01)
+    assert NO_MARGIN in ex.to_markdown()
+
+
+def test_an_unfitted_model_is_said_unfitted():
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError):
+        sufficient_rule_counts(FERLClassifier("deep", evidence_weights="learned"), np.zeros((2, 4)))
+
+
 def test_tree_evidence_has_no_sufficient_rules(learned):
     _, X = learned
     y = (X[:, 0] > 0.5).astype(int)
     tree = FERLClassifier("compact", random_state=0).fit(X, y)
-    assert tree.explain(X[0]).decisive == () and tree.explain(X[0]).margin == 0.0
+    assert tree.explain(X[0]).decisive == () and tree.explain(X[0]).margin is None
     with pytest.raises(ValueError, match="learned weights of evidence"):
         sufficient_rule_counts(tree, X)

@@ -135,7 +135,11 @@ def test_the_nll_of_the_operating_point_is_the_true_class_plausibility(head):
 
 @pytest.mark.parametrize("call, message", [
     (lambda h: decide(h, h.val_[0], h.val_[2][:-1]), "feature scores must be"),
-    (lambda h: decide(h, h.val_[0], np.full(len(h.val_[0]), np.nan)), "feature scores must be"),
+    (lambda h: decide(h, h.val_[0], np.full(len(h.val_[0]), np.nan)), "feature score of row 0 is nan"),
+    # explaining several rows at once read them as one long row ("must have shape (n, 6), got (1, 12)")
+    (lambda h: explain_decision(h, h.val_[0][:2]), "takes one concept vector, got an array of shape"),
+    (lambda h: explain_decision(h, h.val_[0][0], float("inf")), "feature score of row 0 is inf"),
+    (lambda h: explain_decision(h, h.val_[0][0].astype(str)), "concept vectors of head"),
     (lambda h: fit_operating_point(h, h.val_[0], h.val_[1], h.val_[2], max_set_size=0), "max_set_size"),
     (lambda h: fit_operating_point(h, h.val_[0], np.array(["zz"] * len(h.val_[0])), None), "none are"),
 ])
