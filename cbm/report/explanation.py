@@ -88,21 +88,21 @@ def _rules(ex: Explanation, top: int) -> list[str]:
 
 
 def _sufficient(ex: Explanation, top: int) -> list[str]:
-    """The sufficient rules (`ferl.explain.Explanation.decisive`), at most ``top`` of them."""
+    """One paragraph: the sufficient rules (`ferl.explain.Explanation.decisive`), at most ``top``."""
     if ex.margin is None:
         return []
     if ex.margin <= 0:
         return [NO_MARGIN, ""]
-    lines = ["**Sufficient rules**: with the prior they alone reach "
-             f"{100 * SUFFICIENT_SHARE:g} % of the margin log Pl({_md(ex.prediction)}) − log "
-             f"Pl({_md(ex.runner_up)}) = {ex.margin:.3f} nats{before_discount(ex.reliability)}.", ""]
+    head = (f"**Sufficient rules**: with the prior they alone reach {100 * SUFFICIENT_SHARE:g} % of the "
+            f"margin log Pl({_md(ex.prediction)}) − log Pl({_md(ex.runner_up)}) = {ex.margin:.3f} nats"
+            f"{before_discount(ex.reliability)}")
     if not ex.decisive:
-        return [*lines, PRIOR_DECIDES, ""]
-    lines += ["| rule | strength s(x) | share of the margin |", "|---|---:|---:|"]
-    lines += [f"| {_md(r)} | {s:.3f} | {100 * q:.1f} % |" for r, s, _, q in ex.decisive[:top]]
+        return [f"{head}. {PRIOR_DECIDES}", ""]
+    rules = "; ".join(f"{_md(r)} (s(x) = {s:.3f}, {100 * q:.1f} % of the margin)"
+                      for r, s, _, q in ex.decisive[:top])
     rest = len(ex.decisive) - top
-    more = ["", f"{rest} more sufficient rule{'s' if rest > 1 else ''}."] if rest > 0 else []
-    return [*lines, *more, ""]
+    more = f"; and {rest} more" if rest > 0 else ""
+    return [f"{head}: {rules}{more}.", ""]
 
 
 def short_markdown(ex: Explanation, top: int = 5, truth: object | None = None) -> str:
@@ -145,7 +145,7 @@ def short_markdown(ex: Explanation, top: int = 5, truth: object | None = None) -
     return "\n".join(lines)
 
 
-#: Bins of the sufficient rules' count in the report's table: one per count up to 5, then ranges.
+#: Bins of the sufficient rules' count in the report: one per count up to 5, then ranges.
 COUNT_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 10), (11, None))
 
 
@@ -170,13 +170,13 @@ def sufficient_section(model, X: np.ndarray, label: str) -> list[str]:
         return []
     counts = sufficient_rule_counts(model, X)
     q50, q90 = np.quantile(counts, [0.5, 0.9])
-    bins = [str(a) if a == b else (f"{a}–{b}" if b else f"> {a - 1}") for a, b in COUNT_BINS]
+    shares = [np.mean((counts >= a) & (counts <= (np.inf if b is None else b))) for a, b in COUNT_BINS]
+    bins = ", ".join(f"{a if a == b else (f'{a}–{b}' if b else f'> {a - 1}')}: {100 * v:.1f} %"
+                     for (a, b), v in zip(COUNT_BINS, shares, strict=True))
     lines = [f"How much an explanation of {label} needs to say: its sufficient rules, the fewest whose "
              f"weights of evidence alone, with the prior, reach {100 * SUFFICIENT_SHARE:g} % of the "
              "margin of log-plausibility of the prediction over the runner-up. Over the "
              f"{len(counts)} test images: median {q50:g}, 90th percentile {q90:g}, at most 10 rules for "
-             f"{100 * np.mean(counts <= 10):.1f} % of them.", "",
-             "| sufficient rules | " + " | ".join(bins) + " |", "|---|" + "---:|" * len(COUNT_BINS)]
-    shares = [np.mean((counts >= a) & (counts <= (np.inf if b is None else b))) for a, b in COUNT_BINS]
-    lines.append("| test images | " + " | ".join(f"{100 * v:.1f} %" for v in shares) + " |")
+             f"{100 * np.mean(counts <= 10):.1f} % of them; images by the number of sufficient rules: "
+             f"{bins}."]
     return [*lines, ""]

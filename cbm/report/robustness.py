@@ -85,17 +85,15 @@ def robustness_section(run: RunView, head, label: str, inputs: str) -> list[str]
     list of str
     """
     s = radius_summary(certified_radius(head, run.concepts("test", inputs)))
-    lines = ["## Certified robustness", "",
-             f"The certified l∞ radius of {label}'s decision on each test image, in {inputs} concept "
+    intro = (f"The certified l∞ radius of {label}'s decision on each test image, in {inputs} concept "
              "probabilities: every concept vector in [0, 1] whose probabilities each differ from the "
              "image's by at most the radius gets the image's class (a bound proved for the learned "
              "weights of evidence and checked by sampling in docs/results/certificate.md; 0: nothing "
-             "certified).", ""]
+             "certified).")
     if s.certified_median is None:
-        return lines + [f"No test image of the {s.n} has a radius above 0 (the heads with the tree's "
-                        "evidence certify nothing about the decision).", ""]
+        return ["## Certified robustness", "", f"{intro} No test image of the {s.n} has a radius above 0 "
+                "(the heads with the tree's evidence certify nothing about the decision).", ""]
     q1, q2, q3 = (f"{v:.3g}" for v in s.quartiles)
-    return lines + ["| test images | radius > 0 | quartiles 25 / 50 / 75 % | median of those > 0 |",
-                    "|---:|---:|---:|---:|",
-                    f"| {s.n} | {100 * s.certified:.1f} % | {q1} / {q2} / {q3} | {s.certified_median:.3g} |",
-                    ""]
+    return ["## Certified robustness", "",
+            f"{intro} Over the {s.n} test images: radius > 0 for {100 * s.certified:.1f} %, quartiles "
+            f"25 / 50 / 75 % {q1} / {q2} / {q3}, median of those > 0 {s.certified_median:.3g}.", ""]

@@ -16,12 +16,17 @@ __all__ = ["shift_section"]
 SHOWN = ("product", "ferl-deep-ds-conformal", "lr-lac", "lr-raps")
 
 
-def _table(frame: pd.DataFrame, metric: str, fmt) -> list[str]:
-    table = shift_summary(frame[frame.method.isin(SHOWN)], metric)
-    cols = [str(c) for c in table.columns]
+def _table(frame: pd.DataFrame) -> list[str]:
+    """One table: per method and severity, coverage / answered right (%) / mean answered set size."""
+    shown = frame[frame.method.isin(SHOWN)]
+    parts = [shift_summary(shown, metric) for metric in ("coverage", "answered_right", "set_size")]
+    cols = [str(c) for c in parts[0].columns]
     lines = ["| method | " + " | ".join(f"severity {c}" for c in cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    for method, row in table.iterrows():
-        lines.append(f"| {METHOD_LABELS.get(method, method)} | " + " | ".join(fmt(v) for v in row) + " |")
+    for method in parts[0].index:
+        cells = [" / ".join(("–" if v != v else (f"{v:.2f}" if k == 2 else f"{100 * v:.1f}"))
+                            for k, v in enumerate(part.loc[method, c] for part in parts))
+                 for c in parts[0].columns]
+        lines.append(f"| {METHOD_LABELS.get(method, method)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -45,8 +50,6 @@ def shift_section(shift_dir: str | os.PathLike | None, written: dict[str, bytes]
     except (OSError, ValueError) as err:
         raise ValueError(f"{folder} is not a finished evaluate-shift folder ({err}); run it again") from err
     written["plots/shift_coverage.png"] = shift_png(frame, meta)
-    pct = lambda v: "–" if v != v else f"{100 * v:.1f}"  # noqa: E731
-    size = lambda v: "–" if v != v else f"{v:.2f}"  # noqa: E731
     point = meta["product"].get("operating_point") or {}
     page = Path(os.path.relpath(folder / "shift.md", Path(run_dir))).as_posix()
     lines = ["## Coverage under shift", "",
@@ -59,10 +62,9 @@ def shift_section(shift_dir: str | os.PathLike | None, written: dict[str, bytes]
              f"a set wider than {point.get('max_set_size', '–')} classes abstains. Means over the "
              f"corruptions; every cell per corruption in [{page}]({page}).", "",
              "![coverage under shift](plots/shift_coverage.png)", "",
-             "Coverage (%), an abstention counting as covered:", "", *_table(frame, "coverage", pct), "",
-             "Answered right (%), a set that holds the class and is not an abstention:", "",
-             *_table(frame, "answered_right", pct), "",
-             "Mean size of the sets that are not abstentions:", "", *_table(frame, "set_size", size), ""]
+             "Each cell: coverage (%, an abstention counting as covered) / answered right (%, a set that "
+             "holds the class and is not an abstention) / mean size of the sets that are not abstentions:",
+             "", *_table(frame), ""]
     detection = shift_summary(frame, "detect_auroc").drop(columns=[0], errors="ignore")
     if not detection.empty:
         best = detection.mean(axis=1).sort_values(ascending=False)

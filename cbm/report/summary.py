@@ -268,9 +268,9 @@ def summary_section(s: SummaryNumbers, main: str = "ferl-deep") -> list[str]:
         f"Test split, heads on {s.inputs} concepts; rates in %. Concepts: mean AUROC "
         f"**{_pct(s.concept_auroc)}**, accuracy {_pct(s.concept_accuracy)}. Held-out classes: {novelty}.", "",
         *rows, "",
-        "Coverage: share of credal sets holding the true class; abstains: share of sets of every class "
-        "(FERL heads with their novelty discount on, at the operating point that fit-head calibrates: "
-        "at most 5 % of the val images abstain). "
+        "Coverage: share of credal sets holding the true class (an abstention holds every class); "
+        "abstains: share of images whose FERL set is wider than the operating point's largest set "
+        "(`fit-head --max-set-size`, `cbm.heads.operating`), the set `predict` answers with. "
         f"Gain: accuracy after an expert answers {INTERVENTION_K} concept groups minus before.", "",
         *_reading(s, main), "",
     ]

@@ -353,7 +353,7 @@ def test_report_gives_the_sufficient_rules_count_over_the_test_split(tiny):
     assert (f"Over the {counts.size} test images: median {np.median(counts):g}, 90th percentile "
             f"{np.quantile(counts, 0.9):g}, at most 10 rules for {100 * np.mean(counts <= 10):.1f} %") in text
     zero, one = 100 * np.mean(counts == 0), 100 * np.mean(counts == 1)
-    assert f"| test images | {zero:.1f} % | {one:.1f} % |" in text
+    assert f"images by the number of sufficient rules: 0: {zero:.1f} %, 1: {one:.1f} %, " in text
     assert "**Sufficient rules**: with the prior they alone reach 90 % of the margin" in text
 
 
@@ -368,8 +368,9 @@ def test_the_report_gives_the_certified_radius_over_the_test_split(tiny):
     positive = radius[radius > 0]
     assert positive.size  # the tiny run's FERL-deep certifies some test images
     q = np.quantile(radius, [0.25, 0.5, 0.75], method="lower")
-    row = (f"| {radius.size} | {100 * positive.size / radius.size:.1f} % | {q[0]:.3g} / {q[1]:.3g} / "
-           f"{q[2]:.3g} | {np.quantile(positive, 0.5, method='lower'):.3g} |")
+    row = (f"Over the {radius.size} test images: radius > 0 for {100 * positive.size / radius.size:.1f} %, "
+           f"quartiles 25 / 50 / 75 % {q[0]:.3g} / {q[1]:.3g} / {q[2]:.3g}, median of those > 0 "
+           f"{np.quantile(positive, 0.5, method='lower'):.3g}.")
     assert row in section
 
 
@@ -383,3 +384,14 @@ def test_the_radius_summary_counts_zeros_and_infinite_radii():
     for bad in (np.array([]), np.array([0.1, np.nan]), np.array([-0.1]), np.zeros((2, 2))):
         with pytest.raises(ValueError, match="radii must be a non-empty 1-d array of numbers >= 0"):
             radius_summary(bad)
+
+
+def test_the_report_shows_the_runs_shift_table(tiny):
+    """Each cell of the shift section is the shift table's coverage / answered right / set size."""
+    from cbm.shift.report import METHOD_LABELS, shift_summary
+
+    frame = pd.read_csv(tiny / "shift" / "shift.csv")
+    parts = [shift_summary(frame, m).loc["product"] for m in ("coverage", "answered_right", "set_size")]
+    cells = " | ".join(f"{100 * c:.1f} / {100 * r:.1f} / {s:.2f}" for c, r, s in zip(*parts, strict=True))
+    section = (tiny / "report.md").read_text().split("## Coverage under shift")[1].split("\n## ")[0]
+    assert f"| {METHOD_LABELS['product']} | {cells} |" in section
