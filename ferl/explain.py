@@ -17,16 +17,14 @@ import json
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.utils.validation import check_is_fitted
 
 from ferl.evidence.algebra import combine, discount, discount_evidence
-from ferl.evidence.sufficiency import SUFFICIENT_SHARE, sufficient_counts, sufficient_sources
+from ferl.evidence.sufficiency import SUFFICIENT_SHARE, sufficient_sources
 from ferl.evidence.weights import evidence_from_weights, rule_sources
 from ferl.novelty.scores import AnomalousFeature
 from ferl.rules import _plain, path_conditions
 
-__all__ = ["NO_MARGIN", "PRIOR_DECIDES", "FiredSource", "Explanation", "before_discount", "build_explanation",
-           "sufficient_rule_counts"]
+__all__ = ["NO_MARGIN", "PRIOR_DECIDES", "FiredSource", "Explanation", "before_discount", "build_explanation"]
 
 #: What an explanation says where the prior alone reaches the sufficient share of the margin.
 PRIOR_DECIDES = "The prior alone reaches it: together, the rules add nothing to the prediction's lead."
@@ -366,38 +364,3 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
         prior=prior,
     )
 
-
-def sufficient_rule_counts(model, X) -> np.ndarray:
-    """How many sufficient rules each row's explanation lists (``len(model.explain(x).decisive)``),
-    for many rows at once (beyond the paper: `ferl.evidence.sufficiency.sufficient_sources`).
-
-    Parameters
-    ----------
-    model : FERLClassifier
-        Fitted with ``evidence_weights="learned"``.
-    X : array-like of shape (n_samples, n_features_in_)
-
-    Returns
-    -------
-    ndarray of shape (n_samples,), int64 >= 0
-
-    Raises
-    ------
-    sklearn.exceptions.NotFittedError
-        An unfitted model.
-    ValueError
-        Bad ``X``, or a model that reads its evidence from the tree (no weights of evidence, so no
-        margin of log-plausibility to split into rules' parts).
-    """
-    check_is_fitted(model)
-    weights = model._weights()
-    if weights is None:
-        raise ValueError("sufficient rules need learned weights of evidence (evidence_weights='learned'); "
-                         "this model reads its evidence from the tree")
-    X = model._check_X(X)
-    phi = model.tree_.firing(X, bool(model.bounded_support), model._gate_margin())[0]
-    strengths = rule_sources(X, weights[1], discount(phi, model._reliability(X))[:, model.tree_.is_leaf])
-    if len(model.classes_) < 2:
-        return np.zeros(X.shape[0], dtype=np.int64)
-    order = np.argsort(-evidence_from_weights(weights[0], strengths).pignistic, axis=1, kind="stable")
-    return sufficient_counts(weights[0], strengths, order[:, 0], order[:, 1])

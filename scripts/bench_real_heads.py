@@ -17,7 +17,7 @@ Every head is scored on test with its own confidence (the largest class probabil
   inputs it does not abstain on beside the head's own accuracy on as many of its most confident;
 * FERL: leaves fired per image, and the sufficient rules that `explain` lists (the fewest whose
   weights of evidence alone, with the prior, reach 90 % of the margin of the prediction over the
-  runner-up: `ferl.explain.sufficient_rule_counts`), median / 90th percentile / share of images
+  runner-up: `ferl.evidence.sufficiency.sufficient_rule_counts`), median / 90th percentile / share of images
   with at most 10; beside it the same for the rules that carry 90 % of the positive parts' total
   (`rule_counts`' first output, an alternative reading).
 
@@ -40,8 +40,8 @@ from cbm.heads.models import CONCEPT_SETTINGS
 from ferl import FERLClassifier
 from ferl import metrics as M
 from ferl.evidence.conformal import SplitConformal
+from ferl.evidence.sufficiency import sufficient_rule_counts
 from ferl.evidence.weights import rule_sources
-from ferl.explain import sufficient_rule_counts
 
 COVERAGES = (0.9, 0.95)
 
@@ -69,7 +69,7 @@ def rule_counts(model: FERLClassifier, X: np.ndarray) -> tuple[np.ndarray, np.nd
     rules that carry 90 % of the positive parts' total of the margin ``log Pl(top) - log
     Pl(runner-up)`` (an alternative reading), and the sufficient rules that `explain` lists (the
     fewest whose parts alone, with the prior, reach 90 % of the margin:
-    `ferl.explain.sufficient_rule_counts`)."""
+    `ferl.evidence.sufficiency.sufficient_rule_counts`)."""
     fired = model.tree_.sparse_firing(X, bool(model.bounded_support), model._gate_margin())
     strengths = rule_sources(X, model.feature_range_, fired.dense(fired.phi, model.tree_.is_leaf))
     top2 = np.argsort(-model.predict_proba(X), axis=1)[:, :2]

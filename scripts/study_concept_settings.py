@@ -6,7 +6,7 @@ over ``--fold-seeds``, on the calibrated (cross-fitted, where the run has them) 
 a ``train-detector`` run; val and test are not read. Each candidate is the chosen settings with one
 change; for each: accuracy (std over the folds), ECE (15 bins), AURC with the head's own confidence
 (largest BetP; 0-100 scale), CPU seconds per fit (one thread), rules, and the share of inputs whose
-prediction at most 10 sufficient rules decide (`ferl.explain.sufficient_rule_counts`).
+prediction at most 10 sufficient rules decide (`ferl.evidence.sufficiency.sufficient_rule_counts`).
 
     python scripts/study_concept_settings.py runs/cub50_lite0 [--fold-seeds 0 1 2]
 """
@@ -30,7 +30,7 @@ from cbm.data.concept_tables import load_concept_table  # noqa: E402
 from cbm.heads.models import CONCEPT_SETTINGS  # noqa: E402
 from ferl import FERLClassifier  # noqa: E402
 from ferl import metrics as M  # noqa: E402
-from ferl.explain import sufficient_rule_counts  # noqa: E402
+from ferl.evidence.sufficiency import sufficient_rule_counts  # noqa: E402
 
 #: Each candidate: what it changes in the chosen settings.
 CANDIDATES: dict[str, dict] = {

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferl.evidence.sufficiency import SUFFICIENT_SHARE
-from ferl.explain import NO_MARGIN, PRIOR_DECIDES, Explanation, before_discount, sufficient_rule_counts
+from ferl.evidence.sufficiency import SUFFICIENT_SHARE, sufficient_rule_counts
+from ferl.explain import NO_MARGIN, PRIOR_DECIDES, Explanation, before_discount
 
 __all__ = ["radius_sentence", "short_markdown", "sufficient_section"]
 

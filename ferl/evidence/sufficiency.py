@@ -12,10 +12,12 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
+from sklearn.utils.validation import check_is_fitted
 
-from ferl.evidence.weights import EvidenceWeights
+from ferl.evidence.algebra import discount
+from ferl.evidence.weights import EvidenceWeights, evidence_from_weights, rule_sources
 
-__all__ = ["SUFFICIENT_SHARE", "sufficient_counts", "sufficient_sources"]
+__all__ = ["SUFFICIENT_SHARE", "sufficient_counts", "sufficient_rule_counts", "sufficient_sources"]
 
 #: Share of the margin ``log Pl(top) - log Pl(runner-up)`` that an explanation's sufficient sources
 #: reach with the prior (`sufficient_sources`).
@@ -137,3 +139,39 @@ def sufficient_sources(weights: EvidenceWeights, sources: np.ndarray, top: int, 
     prior, parts = _margin_parts(weights, row, top_, runner_up_)
     order = np.argsort(-parts[0], kind="stable")[:count]
     return order, parts[0, order], float(prior[0] + parts[0].sum()), float(prior[0])
+
+
+def sufficient_rule_counts(model, X) -> np.ndarray:
+    """How many sufficient rules each row's explanation lists (``len(model.explain(x).decisive)``),
+    for many rows at once (beyond the paper: `sufficient_sources`).
+
+    Parameters
+    ----------
+    model : FERLClassifier
+        Fitted with ``evidence_weights="learned"``.
+    X : array-like of shape (n_samples, n_features_in_)
+
+    Returns
+    -------
+    ndarray of shape (n_samples,), int64 >= 0
+
+    Raises
+    ------
+    sklearn.exceptions.NotFittedError
+        An unfitted model.
+    ValueError
+        Bad ``X``, or a model that reads its evidence from the tree (no weights of evidence, so no
+        margin of log-plausibility to split into rules' parts).
+    """
+    check_is_fitted(model)
+    weights = model._weights()
+    if weights is None:
+        raise ValueError("sufficient rules need learned weights of evidence (evidence_weights='learned'); "
+                         "this model reads its evidence from the tree")
+    X = model._check_X(X)
+    phi = model.tree_.firing(X, bool(model.bounded_support), model._gate_margin())[0]
+    strengths = rule_sources(X, weights[1], discount(phi, model._reliability(X))[:, model.tree_.is_leaf])
+    if len(model.classes_) < 2:
+        return np.zeros(X.shape[0], dtype=np.int64)
+    order = np.argsort(-evidence_from_weights(weights[0], strengths).pignistic, axis=1, kind="stable")
+    return sufficient_counts(weights[0], strengths, order[:, 0], order[:, 1])

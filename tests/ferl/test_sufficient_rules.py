@@ -12,9 +12,13 @@ from hypothesis import strategies as st
 from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
-from ferl.evidence.sufficiency import SUFFICIENT_SHARE, sufficient_counts, sufficient_sources
+from ferl.evidence.sufficiency import (
+    SUFFICIENT_SHARE,
+    sufficient_counts,
+    sufficient_rule_counts,
+    sufficient_sources,
+)
 from ferl.evidence.weights import EvidenceWeights
-from ferl.explain import sufficient_rule_counts
 
 
 @settings(max_examples=60, deadline=None)
