@@ -82,7 +82,11 @@ def sufficient_counts(weights: EvidenceWeights, sources: np.ndarray, top: np.nda
         range, not integers, or ``top == runner_up``; shapes that do not match.
     """
     sources, top, runner_up = _check(weights, sources, top, runner_up, share)
-    prior, parts = _margin_parts(weights, sources, top, runner_up)
+    return _counts(*_margin_parts(weights, sources, top, runner_up), share)
+
+
+def _counts(prior: np.ndarray, parts: np.ndarray, share: float) -> np.ndarray:
+    """`sufficient_counts` from the margin's parts (`_margin_parts`)."""
     margin = prior + parts.sum(axis=1)
     ranked = -np.sort(-parts, axis=1)  # strongest first: the positive parts lead
     reached = np.cumsum(np.maximum(ranked, 0.0), axis=1) + prior[:, None]
@@ -134,9 +138,9 @@ def sufficient_sources(weights: EvidenceWeights, sources: np.ndarray, top: int, 
     row = np.asarray(sources, dtype=np.float64)
     if row.ndim != 1:
         raise ValueError(f"sources must be the strengths of one input, shape (n_sources,), got {row.shape}")
-    row, top_, runner_up_ = row[None, :], np.array([top]), np.array([runner_up])
-    count = int(sufficient_counts(weights, row, top_, runner_up_, share)[0])
+    row, top_, runner_up_ = _check(weights, row[None, :], np.array([top]), np.array([runner_up]), share)
     prior, parts = _margin_parts(weights, row, top_, runner_up_)
+    count = int(_counts(prior, parts, share)[0])
     order = np.argsort(-parts[0], kind="stable")[:count]
     return order, parts[0, order], float(prior[0] + parts[0].sum()), float(prior[0])
 
