@@ -1,14 +1,15 @@
-"""Cross-validate FERL-deep's concept settings on a run's train concepts
+"""Cross-validate a FERL head's concept settings on a run's train concepts
 (docs/results/real-heads.md).
 
-The study that chose ``cbm.heads.models.CONCEPT_SETTINGS["deep"]``: stratified 3-fold CV, repeated
-over ``--fold-seeds``, on the calibrated (cross-fitted, where the run has them) **train** concepts of
-a ``train-detector`` run; val and test are not read. Each candidate is the chosen settings with one
-change; for each: accuracy (std over the folds), ECE (15 bins), AURC with the head's own confidence
-(largest BetP; 0-100 scale), CPU seconds per fit (one thread), rules, and the share of inputs whose
-prediction at most 10 sufficient rules decide (`ferl.evidence.sufficiency.sufficient_rule_counts`).
+The study that chose ``cbm.heads.models.CONCEPT_SETTINGS`` (``--variant``, default deep):
+stratified 3-fold CV, repeated over ``--fold-seeds``, on the calibrated (cross-fitted, where the run
+has them) **train** concepts of a ``train-detector`` run; val and test are not read. Each candidate
+is the chosen settings with one change; for each: accuracy (std over the folds), ECE (15 bins),
+AURC with the head's own confidence (largest BetP; 0-100 scale), CPU seconds per fit (one thread),
+rules, and the share of inputs whose prediction at most 10 sufficient rules decide
+(`ferl.evidence.sufficiency.sufficient_rule_counts`; learned weights only).
 
-    python scripts/study_concept_settings.py runs/cub50_lite0 [--fold-seeds 0 1 2]
+    python scripts/study_concept_settings.py runs/cub50_lite0 [--fold-seeds 0 1 2] [--variant medium]
 """
 
 from __future__ import annotations
@@ -32,13 +33,17 @@ from ferl import FERLClassifier  # noqa: E402
 from ferl import metrics as M  # noqa: E402
 from ferl.evidence.sufficiency import sufficient_rule_counts  # noqa: E402
 
-#: Each candidate: what it changes in the chosen settings.
-CANDIDATES: dict[str, dict] = {
-    "chosen": {},
-    "25 bootstrap cuts (the preset's)": {"n_bootstrap": 25},
-    "4 rules per class (the preset's)": {"rules_per_class": 4.0},
-    "1 rule per class, no floor (50 rules on 50 classes)": {"max_rules": 50},
-    "2 rules per class, no floor (100 rules on 50 classes)": {"max_rules": 100},
+#: Each variant's candidates: what each changes in the chosen settings.
+CANDIDATES: dict[str, dict[str, dict]] = {
+    "deep": {
+        "chosen": {},
+        "25 bootstrap cuts (the preset's)": {"n_bootstrap": 25},
+        "4 rules per class (the preset's)": {"rules_per_class": 4.0},
+        "1 rule per class, no floor (50 rules on 50 classes)": {"max_rules": 50},
+        "2 rules per class, no floor (100 rules on 50 classes)": {"max_rules": 100},
+    },
+    **{variant: {"chosen": {}, "the paper's tree evidence (the preset's)": {"evidence_weights": "tree"}}
+       for variant in ("medium", "compact")},
 }
 
 
@@ -47,6 +52,7 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="a run directory with concepts/ and calibration.json")
     parser.add_argument("--fold-seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="one 3-fold split of the train concepts per seed (default: 0 1 2)")
+    parser.add_argument("--variant", choices=sorted(CANDIDATES), default="deep")
     args = parser.parse_args()
     folder = args.run / "concepts"
     if not folder.is_dir() or not (args.run / "calibration.json").is_file():
@@ -58,15 +64,16 @@ def main() -> None:
     y = table.y
     splits = [s for seed in args.fold_seeds
               for s in StratifiedKFold(3, shuffle=True, random_state=seed).split(X, y)]
-    print(f"# {args.run} ({name}, {X.shape[0]} rows, {len(np.unique(y))} classes): FERL-deep, learned "
-          f"weights, {len(splits)} folds; chosen = {CONCEPT_SETTINGS['deep']}\n")
+    chosen = CONCEPT_SETTINGS[args.variant]
+    print(f"# {args.run} ({name}, {X.shape[0]} rows, {len(np.unique(y))} classes): FERL-{args.variant}, "
+          f"{len(splits)} folds; chosen = {chosen}\n")
     print("| candidate | accuracy (fold std) | ECE | AURC | fit s | rules | decided by <= 10 rules |")
     print("|---|---|---|---|---|---|---|")
-    for label, change in CANDIDATES.items():
+    for label, change in CANDIDATES[args.variant].items():
         rows = []
         for fit, held in splits:
             start = time.process_time()
-            model = FERLClassifier("deep", random_state=0, **{**CONCEPT_SETTINGS["deep"], **change})
+            model = FERLClassifier(args.variant, random_state=0, **{**chosen, **change})
             model.fit(X[fit], y[fit])
             seconds = time.process_time() - start
             proba = model.predict_proba(X[held])
@@ -74,10 +81,12 @@ def main() -> None:
             pred = proba.argmax(axis=1)
             rows.append((M.accuracy(truth, pred), M.expected_calibration_error(truth, proba),
                          M.aurc(truth, pred, proba.max(axis=1)), seconds, model.n_rules_,
-                         np.mean(sufficient_rule_counts(model, X[held]) <= 10)))
+                         np.mean(sufficient_rule_counts(model, X[held]) <= 10)
+                         if model.evidence_weights == "learned" else np.nan))
         acc, ece, aurc, seconds, rules, short = np.array(rows).T
         print(f"| {label} | {100 * acc.mean():.1f} ({100 * acc.std():.1f}) | {100 * ece.mean():.1f} | "
-              f"{aurc.mean():.2f} | {seconds.mean():.2f} | {rules.mean():.0f} | {100 * short.mean():.1f} % |",
+              f"{aurc.mean():.2f} | {seconds.mean():.2f} | {rules.mean():.0f} | "
+              f"{'–' if np.isnan(short).any() else f'{100 * short.mean():.1f} %'} |",
               flush=True)
 
 

@@ -5,17 +5,19 @@ answers are the true concept labels, entering the head as `evaluate-intervention
 expert values) under the ``random`` and ``uncertainty`` policies, for three fits of the same head
 on the train split:
 
-* ``sequential``: on the detector's (calibrated) train concepts, as fit-head fits it (FERL heads
-  with fit-head's concept settings);
+* ``sequential``: on the detector's (calibrated) train concepts alone (FERL heads with
+  ``--ferl-settings``: fit-head's ``concepts``, or the paper's tree evidence, ``learner``);
 * ``sequential + answered``: on those rows plus a copy of them in which each row has a random
-  share of its concept groups answered with the true labels (randomised interventions during
-  training, as in Espinosa Zarlenga et al. 2023's IntCEM, here on a fixed detector);
+  share of its concept groups answered with the true labels (`cbm.heads.interventions.training_rows`,
+  what fit-head fits its CART heads on; randomised interventions as in Espinosa Zarlenga et al.
+  2023, here on a fixed detector);
 * ``independent``: on the true train concepts (Koh et al. 2020).
 
 Each line gives the accuracy at k = 0 .. G and the largest drop below k = 0 (points). The train
 and test splits are the run's; val is not read.
 
-    python scripts/study_interventions.py runs/demo --heads cart,ferl-medium,ferl-compact,ferl-deep,lr
+    python scripts/study_interventions.py runs/demo --heads cart,ferl-medium,ferl-compact,ferl-deep,lr \
+        [--ferl-settings learner]
 """
 
 from __future__ import annotations
@@ -24,18 +26,10 @@ import argparse
 
 import numpy as np
 
-from cbm.heads.interventions import expert_values_for
+from cbm.heads.interventions import expert_values_for, training_rows
 from cbm.heads.registry import make_head
 from cbm.interventions.curves import intervention_curve
 from cbm.interventions.run import load_concepts
-
-
-def answered_copy(X: np.ndarray, values: np.ndarray, groups, rng: np.random.Generator) -> np.ndarray:
-    """``X`` with, per row, each concept group answered (set to ``values``) with a probability drawn
-    uniformly in [0, 1] for that row: every number of answered groups is trained on."""
-    share = rng.random(X.shape[0])
-    pick = rng.random((X.shape[0], groups.n_groups)) < share[:, None]
-    return np.where(groups.concept_mask(pick), values, X)
 
 
 def main(argv=None) -> None:
@@ -43,6 +37,7 @@ def main(argv=None) -> None:
     p.add_argument("run_dir")
     p.add_argument("--heads", default="cart,ferl-medium,ferl-compact,ferl-deep,lr")
     p.add_argument("--policies", default="random,uncertainty")
+    p.add_argument("--ferl-settings", choices=("concepts", "learner"), default="concepts")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     run = load_concepts(args.run_dir)
@@ -57,18 +52,14 @@ def main(argv=None) -> None:
     print("| head | fit | policy | " + " | ".join(f"k={k}" for k in ks) + " | largest drop (pts) |")
     print("|---|---|---|" + "---|" * (len(ks) + 1))
     for name in args.heads.split(","):
-        options = {"settings": "concepts"} if name.startswith("ferl") else {}  # fit-head's FERL settings
-        sequential = make_head(name, seed=args.seed, **options).fit(X_train, y_train, train.concept_names)
-        expert = expert_values_for(sequential, X_train)
-        rng = np.random.default_rng(args.seed)
+        options = {"settings": args.ferl_settings} if name.startswith("ferl") else {}
+        answered = make_head(name, seed=args.seed, **options)
+        answered.answered_fit = True  # this head, whatever its kind, on the rows of the answered copy too
         fits = {"sequential": (X_train, y_train),
-                "sequential + answered": (np.vstack([X_train, answered_copy(X_train, expert(labels_train),
-                                                                            run.groups, rng)]),
-                                          np.concatenate([y_train, y_train])),
+                "sequential + answered": training_rows(answered, X_train, y_train, train, args.seed),
                 "independent": (labels_train, y_train)}
         for fit, (X_fit, y_fit) in fits.items():
-            head = sequential if fit == "sequential" else make_head(name, seed=args.seed, **options).fit(
-                X_fit, y_fit, train.concept_names)
+            head = make_head(name, seed=args.seed, **options).fit(X_fit, y_fit, train.concept_names)
             values = expert_values_for(head, X_fit)
             y_idx = np.searchsorted(head.classes_, names[test.y])
             for policy in args.policies.split(","):

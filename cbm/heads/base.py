@@ -46,6 +46,9 @@ class ConceptHead(ABC):
     """
 
     kind: ClassVar[str]
+    #: Fitted on its training rows plus a copy with randomised interventions
+    #: (`cbm.heads.interventions.training_rows`): a head whose read-out is not monotone in each concept.
+    answered_fit: ClassVar[bool] = False
 
     def __init__(self, name: str, seed: int = 0) -> None:
         self.name = name

@@ -9,8 +9,9 @@
 3. fits every requested head (:mod:`cbm.heads`) on **train** twice, on raw and on calibrated concept
    probabilities, and evaluates it on **test** (:func:`evaluate_head`). The training vectors are the
    detector's cross-fitted (out-of-fold) train concepts when the run has them, else its in-sample
-   ones (``--train-concepts``, :mod:`cbm.heads.train_concepts`); the other sources, and the true
-   concepts (Koh et al.'s independent head), are fitted too and reported beside them;
+   ones (``--train-concepts``, :mod:`cbm.heads.train_concepts`), with an answered copy for CART heads
+   (:func:`cbm.heads.interventions.training_rows`); the other sources, and the true concepts (Koh et
+   al.'s independent head), are fitted too and reported beside them;
 4. writes ``head/<name>/{raw,calibrated}/`` (``head.json`` with, for FERL heads, the novelty
    threshold accepting 95 % of val (:meth:`cbm.heads.FERLHead.fit_ood_threshold`) and the operating
    point (:mod:`cbm.heads.operating`: the shift-adaptive set, abstention and flags, calibrated on val
@@ -18,15 +19,13 @@
    merges a ``fit_head`` entry into ``metrics.json``, and writes ``tables/heads.{md,csv}`` laid out
    like the paper's Table 4 (:mod:`cbm.heads.tables`).
 
-A test split holding classes absent from train is an error, unless the run is open-world (the
-run's ``config.yaml`` sets ``data.fold``, or ``--open-world true``): then those rows are left out
-of the head metrics and counted.
+Test classes absent from train are an error, unless the run is open-world (``config.yaml`` sets
+``data.fold``, or ``--open-world true``): then those rows are left out of the metrics and counted.
 
 Nothing is written before every head is fitted; then ``calibration.json``, the head folders,
-``metrics.json`` and the tables are replaced together (:class:`ferl.io.persist.StepWriter`), so a job
-stopped at any point (an error, a signal, a kill) leaves the previous results whole. The job holds
-the output folder's write lock: a second job writing the same folder stops at once with an error
-naming the first (:func:`ferl.io.persist.folder_lock`).
+``metrics.json`` and the tables are replaced together (:class:`ferl.io.persist.StepWriter`): a job
+stopped at any point (error, signal, kill) leaves the previous results whole. The job holds the
+folder's write lock: a second job on it stops at once, naming the first (`ferl.io.persist.folder_lock`).
 """
 
 from __future__ import annotations
@@ -47,10 +46,11 @@ import numpy as np
 from jsonargparse import ActionConfigFile, ArgumentParser
 
 from cbm.concepts.calibration import ConceptCalibrator, concept_ece, crossfit_calibrate
-from cbm.data.concept_tables import SHIFT_SPLIT, load_concept_tables
+from cbm.data.concept_tables import SHIFT_SPLIT, ConceptTable, load_concept_tables
 from cbm.heads import HEADS, ConceptHead, FERLHead, make_head
 from cbm.heads.evaluate import conformal_metrics, evaluate_head
 from cbm.heads.held_out import Shift, shift_inputs
+from cbm.heads.interventions import training_rows
 from cbm.heads.models import FERL_SETTINGS
 from cbm.heads.operating import MAX_SET_SIZE, fit_operating_point
 from cbm.heads.run_files import paper_dataset, read_metrics, read_run_config
@@ -75,8 +75,10 @@ INPUTS = ("raw", "calibrated")
 _SIZED_BY = (("lr-restricted", "ferl-deep", "concept count"), ("cart-compact", "ferl-compact", "leaf count"))
 
 
-def _head_options(name: str, results: dict, kind: str) -> dict:
-    """The registry options of a head sized by another head's fit on the same inputs (`_SIZED_BY`)."""
+def _head_options(name: str, results: dict, kind: str, ferl_settings: str) -> dict:
+    """A head's registry options: a FERL head's settings, a sized head's size (`_SIZED_BY`)."""
+    if name.startswith("ferl-"):
+        return {"settings": ferl_settings}
     if name == "lr-restricted":
         return {"n_concepts": results["ferl-deep"][kind]["size"]["concepts_used"]}
     if name == "cart-compact":
@@ -111,8 +113,9 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
                y_val: np.ndarray, y_test: np.ndarray, concept_names: list[str], seed: int, source: str,
                ferl_settings: str = "concepts", coverage: float | None = 0.9, X_sets: dict | None = None,
                shift: Shift | None = None, max_set_size: int = MAX_SET_SIZE,
-               ) -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
-    """Fit and evaluate every head on both input kinds (FERL heads with their novelty threshold and
+               answers: ConceptTable | None = None) -> tuple[dict, dict[tuple[str, str], ConceptHead]]:
+    """Fit every head on both input kinds (on `training_rows` of the train table ``answers``, None for
+    true-label inputs) and evaluate it (FERL heads with their novelty threshold and
     their operating point, `cbm.heads.operating`, calibrated on ``X_sets``, the val rows calibrated
     out of sample (`cbm.concepts.calibration.crossfit_calibrate`; ``X_val`` when None), and on the
     shift-calibration rows of ``shift``: what every command reads; every head with split-conformal
@@ -123,11 +126,9 @@ def _fit_heads(names: Sequence[str], X_train: dict, X_val: dict, X_test: dict, y
     fitted: dict[tuple[str, str], ConceptHead] = {}
     for kind in INPUTS:
         for name in names:
-            options = _head_options(name, results, kind)
-            if name.startswith("ferl-"):
-                options["settings"] = ferl_settings
             start = time.perf_counter()
-            head = make_head(name, seed=seed, **options).fit(X_train[kind], y_train, concept_names)
+            head = make_head(name, seed=seed, **_head_options(name, results, kind, ferl_settings))
+            head.fit(*training_rows(head, X_train[kind], y_train, answers, seed), concept_names)
             fit_seconds = time.perf_counter() - start
             if isinstance(head, FERLHead):
                 # val calibrated out of sample, like test; the sets first (the discount reads them),
@@ -202,17 +203,16 @@ def fit_head(
         Registry names (:data:`cbm.heads.HEADS`); ``lr-restricted`` brings ``ferl-deep`` along,
         ``cart-compact`` brings ``ferl-compact``.
     seed : int
-        Seed of every head (same seed, same result).
+        Seed of every head and of the answered copy (same seed, same result).
     dataset : {"auto", "cub20", "cub200", "awa2", "none"}
         Which of the paper's Table 4 values to print beside ours; "auto" reads ``config.yaml``.
     open_world : bool or None
-        Allow test classes unseen in train (left out of the metrics); None reads ``config.yaml``.
+        Allow test classes unseen in train (not in the metrics); None reads ``config.yaml``.
     train_concepts : {"auto", "cross-fitted", "in-sample", "independent"}
         Training vectors of the saved heads and of the main table (:mod:`cbm.heads.train_concepts`);
         ``auto``: cross-fitted when ``concepts/train_crossfit.npz`` exists, else in-sample.
     compare_train_concepts : bool
-        Also fit every head on the other available sources (metrics only, not saved), for the
-        table "heads by training concepts".
+        Also fit every head on the other sources (metrics only), for "heads by training concepts".
     ferl_settings : {"concepts", "learner"}
         The FERL heads' learner settings (:data:`cbm.heads.models.CONCEPT_SETTINGS`).
     coverage : float in (0, 1) or None
@@ -239,7 +239,7 @@ def fit_head(
     ferl.io.persist.FolderBusyError
         Another process is writing ``out``.
     OSError
-        ``out`` cannot be written (read-only, full); the previous results are then unchanged.
+        ``out`` cannot be written (read-only, full): the previous results stay unchanged.
     """
     out = Path(out)
     if not Path(concepts).is_dir():
@@ -301,7 +301,8 @@ def fit_head(
             for source in sources:
                 compared[source], heads_of = _fit_heads(
                     names, train_inputs(source, train, crossfit, calibrator), X_val, X_test, y_train, y_val,
-                    y_test, concept_names, seed, source, ferl_settings, coverage, X_sets, shift, max_set_size)
+                    y_test, concept_names, seed, source, ferl_settings, coverage, X_sets, shift, max_set_size,
+                    None if source == "independent" else train)
                 if source == main:
                     fitted = heads_of
             results = compared[main]

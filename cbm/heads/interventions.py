@@ -22,12 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from cbm.concepts.interventions import ConceptGroups, ExpertValues, intervene
+from cbm.data.concept_tables import ConceptTable
 from cbm.heads.base import ConceptHead
 from cbm.heads.operating import decide, explain_decision
 from ferl.explain import Explanation
 
 __all__ = ["EXPERT_MODES", "HeadOutputs", "InterventionExplanation", "expert_values_for", "explain",
-           "head_outputs", "is_evidential", "reached_concepts"]
+           "head_outputs", "is_evidential", "reached_concepts", "training_rows"]
 
 #: How answers enter a head: "auto" (percentiles for LR heads, labels otherwise), "labels", "percentiles".
 EXPERT_MODES = ("auto", "labels", "percentiles")
@@ -50,7 +51,58 @@ def expert_values_for(head: ConceptHead, X_train: np.ndarray, mode: str = "auto"
         raise ValueError(f"unknown expert-value mode {mode!r}; choose from {list(EXPERT_MODES)}")
     if mode == "percentiles" or (mode == "auto" and head.kind in _LOGIT_KINDS):
         return ExpertValues.percentiles(X_train)
-    return ExpertValues.labels(len(head.concept_names_))
+    return ExpertValues.labels(np.shape(X_train)[1])
+
+
+def training_rows(head: ConceptHead, X: np.ndarray, y: np.ndarray, table: ConceptTable | None = None,
+                  seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The rows ``head`` is fitted on: ``X``, ``y`` as given, or for a head with
+    `ConceptHead.answered_fit` those rows plus a copy with randomised interventions.
+
+    In the copy each row answers each of its concept groups with a probability drawn uniformly in
+    [0, 1] for that row, with its true labels entered as the head's expert values
+    (:func:`expert_values_for`): every number of answered groups is trained on, as in Espinosa
+    Zarlenga et al. (2023)'s randomised interventions, here on a fixed detector. Beyond the paper: a
+    tree fitted on soft concept probabilities splits on where a probability falls between 0 and 1,
+    and an answer at 0 or 1 would send an input to leaves its training never filled
+    (docs/results/interventions/answers-that-hurt.md).
+
+    Parameters
+    ----------
+    head : ConceptHead
+        Not fitted yet.
+    X : ndarray of shape (n, k), float in [0, 1]
+        The head's training inputs.
+    y : ndarray of shape (n,)
+        Their class labels.
+    table : ConceptTable or None
+        The training rows' concept table (its ``concept_labels`` and ``concept_groups``, rows in the
+        order of ``X``); None: no copy (e.g. for inputs that are the true labels already).
+    seed : int
+        Seed of the answered share and groups.
+
+    Returns
+    -------
+    X_fit : ndarray of shape (n, k) or (2 n, k), float64
+    y_fit : ndarray of shape (n,) or (2 n,)
+
+    Raises
+    ------
+    ValueError
+        A table whose rows or concepts do not match ``X``.
+    """
+    if table is None or not head.answered_fit:
+        return X, y
+    labels = np.asarray(table.concept_labels, dtype=np.float64)
+    if labels.shape != np.shape(X):
+        raise ValueError(f"the concept table's labels {labels.shape} do not match the training inputs "
+                         f"{np.shape(X)}: the table must hold the training rows, in order")
+    groups = ConceptGroups.from_concepts(table.concept_names, table.concept_groups, labels)
+    rng = np.random.default_rng(seed)
+    share = rng.random(labels.shape[0])
+    answered = groups.concept_mask(rng.random((labels.shape[0], groups.n_groups)) < share[:, None])
+    copy = np.where(answered, expert_values_for(head, X)(labels), X)
+    return np.vstack([X, copy]), np.concatenate([y, y])
 
 
 @dataclass(frozen=True)

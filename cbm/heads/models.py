@@ -53,11 +53,15 @@ FERL_SETTINGS = ("concepts", "learner")
 #: docs/results/concept-heads.md (the bands, ``scripts/bench_concept_heads.py``) and
 #: docs/results/real-heads.md (the weights, the bootstrap and the budget,
 #: ``scripts/study_concept_settings.py``).
-#: Medium and compact keep their presets; the learner's defaults stay those chosen on the 30 KEEL sets
-#: (`ferl.presets`).
+#: Medium and compact keep their presets' trees and read them through learned weights too: the paper's
+#: tree evidence of a head fitted on soft concept probabilities reads where a probability falls between
+#: 0 and 1, so an expert's 0 / 1 answer can send an input to a leaf of another class, where the learned
+#: weights' monotone term per concept can only move the evidence towards the answer
+#: (docs/results/interventions/answers-that-hurt.md). The learner's defaults on tabular data stay those
+#: chosen on the 30 KEEL sets (`ferl.presets`).
 CONCEPT_SETTINGS: dict[str, dict] = {
-    "compact": {},
-    "medium": {},
+    "compact": {"evidence_weights": "learned"},
+    "medium": {"evidence_weights": "learned"},
     "deep": {"min_width": 0.5, "evidence_weights": "learned", "n_bootstrap": 5, "rules_per_class": 1.0},
 }
 
@@ -238,6 +242,7 @@ class CARTHead(ConceptHead):
     """
 
     kind = "cart"
+    answered_fit = True  # its splits read where a soft probability falls: a 0 / 1 answer breaks them
 
     def __init__(self, name: str, seed: int = 0, max_leaf_nodes: int | None = None,
                  sized: bool = False) -> None:

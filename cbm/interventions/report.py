@@ -30,6 +30,11 @@ _POLICY_LABELS = {"random": "random", "uncertainty": "uncertainty", "ectp": "ECT
 _COLUMNS = 9
 #: Share of the full-intervention gain that the accuracy table's "k for 95 % of the gain" asks for.
 GAIN_SHARE = 0.95
+#: How an answer enters a head, by expert mode (`cbm.heads.interventions.expert_values_for`).
+_ANSWER = {"auto": "a head as 0 / 1, or for LR heads as the 5th / 95th percentile of its training inputs "
+                   "(Koh et al. 2020)",
+           "labels": "every head as 0 / 1",
+           "percentiles": "every head as the 5th / 95th percentile of its training inputs (Koh et al. 2020)"}
 
 
 def mean_curves(frame: pd.DataFrame) -> pd.DataFrame:
@@ -177,11 +182,13 @@ def curves_markdown(frame: pd.DataFrame, true_acc: pd.DataFrame, info: dict) -> 
         f"# {info['title']}", "",
         f"An expert answers, for each input, the concept groups a policy picks, with the input's true "
         f"concept labels; the head is re-run on the answered concepts. {info['n_groups']} groups "
-        f"({info['n_one_hot']} one-hot); heads read {s['inputs']} concepts; answers enter a head as "
-        f"0 / 1, or for LR heads as the 5th / 95th percentile of its training inputs (Koh et al. 2020) "
-        f"(expert mode `{s['expert']}`). Rows{' (all runs)' if len(runs) > 1 else ''}: {rows}; {over}."
-        f" *sequential* heads are fit-head's (fitted on the detector's concepts), *independent* "
-        "heads are fitted on the true training concepts (Koh et al.'s independent bottleneck).", "",
+        f"({info['n_one_hot']} one-hot); heads read {s['inputs']} concepts; answers enter "
+        f"{_ANSWER[s['expert']]} (expert mode `{s['expert']}`). "
+        f"Rows{' (all runs)' if len(runs) > 1 else ''}: {rows}; {over}."
+        f" *sequential* heads are fit-head's, fitted on the detector's concepts (CART heads on those and "
+        "on a copy of them with a random share of each row's groups answered, so that an answer takes "
+        "them to leaves their training filled), *independent* heads are fitted on the true training "
+        "concepts (Koh et al.'s independent bottleneck).", "",
         "## Test accuracy (%) after k answered groups", "", *_accuracy_table(mean, true_acc),
         "\"gain, all answered\": accuracy with every group answered minus with none (negative: answers make "
         "the head worse); \"k for 95 % of the gain\": fewest groups whose mean accuracy reaches 95 % of that "

@@ -35,6 +35,7 @@ from cbm.heads.interventions import (
     expert_values_for,
     explain,
     head_outputs,
+    training_rows,
 )
 from ferl.io.persist import POINTER
 
@@ -205,5 +206,7 @@ def open_head(run: RunConcepts, name: str = "ferl-deep", fit: str = "sequential"
                              "run whose heads were saved by fit-head (sequential)")
         X_fit = (train.concept_labels.astype(np.float64) if fit == "independent"
                  else run.concepts("train", inputs))
-        head = make_head(name, seed=seed).fit(X_fit, names[train.y], train.concept_names)
+        head = make_head(name, seed=seed)
+        head.fit(*training_rows(head, X_fit, names[train.y], None if fit == "independent" else train, seed),
+                 train.concept_names)
     return RunHead(run, head, fit, inputs, run.groups, expert_values_for(head, X_fit, expert))

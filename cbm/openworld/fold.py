@@ -52,6 +52,7 @@ from cbm.detector.cli import detector_parser
 from cbm.detector.crossfit import CROSSFIT_SPLIT
 from cbm.detector.train import train_detector
 from cbm.heads import make_head
+from cbm.heads.interventions import training_rows
 from cbm.heads.operating import Decisions, decide, fit_operating_point
 from cbm.heads.train_concepts import resolve_train_concepts
 from cbm.openworld.fold_heads import example, head_outputs, head_summary, shifted_rows
@@ -226,7 +227,8 @@ def evaluate_fold(tables: Mapping[str, ConceptTable], class_concepts: np.ndarray
     decisions: dict[str, dict[str, Decisions]] = {}
     for h in settings.heads:
         head = make_head(h, seed, settings=settings.ferl_settings)
-        head = fitted[h] = head.fit(X["train"], label_of[y_train], concept_names)
+        X_fit, y_fit = training_rows(head, X["train"], label_of[y_train], tables["train"], seed)
+        head = fitted[h] = head.fit(X_fit, y_fit, concept_names)
         _record(steps, f"head_fit:{h}", y_train, fold.retained, fold)
         y_val = label_of[tables["val"].y]
         head.fit_sets(X["val"], y_val, settings.coverage)  # the operating point fit-head fits
