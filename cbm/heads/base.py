@@ -73,7 +73,9 @@ class ConceptHead(ABC):
 
     @abstractmethod
     def size(self) -> dict:
-        """``{"rules": int | None, "nonzero_weights": int | None, "concepts_used": int}``."""
+        """``{"rules": int | None, "nonzero_weights": int | None, "concepts_used": int}``; FERL heads
+        add ``"evidence"``: ``"learned"`` or ``"tree"``, how their rules are read
+        (`ferl.FERLClassifier`'s ``evidence_weights``)."""
 
     @abstractmethod
     def describe(self) -> str:

@@ -78,8 +78,8 @@ def training_rows(head: ConceptHead, X: np.ndarray, y: np.ndarray, table: Concep
     table : ConceptTable or None
         The training rows' concept table (its ``concept_labels`` and ``concept_groups``, rows in the
         order of ``X``); None: no copy (e.g. for inputs that are the true labels already).
-    seed : int
-        Seed of the answered share and groups.
+    seed : int >= 0
+        Seed of the answered share and groups (same seed, same copy).
 
     Returns
     -------
@@ -89,14 +89,24 @@ def training_rows(head: ConceptHead, X: np.ndarray, y: np.ndarray, table: Concep
     Raises
     ------
     ValueError
-        A table whose rows or concepts do not match ``X``.
+        ``y`` of another length than ``X``, a table whose rows (their number, or their classes in
+        order: ``y`` must be the table's class indices or class names) or concept count do not match
+        ``X``, a seed that is not a non-negative integer.
     """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if len(y) != len(X):
+        raise ValueError(f"y has {len(y)} labels for {len(X)} training rows")
     if table is None or not head.answered_fit:
         return X, y
     labels = np.asarray(table.concept_labels, dtype=np.float64)
-    if labels.shape != np.shape(X):
-        raise ValueError(f"the concept table's labels {labels.shape} do not match the training inputs "
-                         f"{np.shape(X)}: the table must hold the training rows, in order")
+    given = np.asarray(y)
+    same_rows = labels.shape == np.shape(X) and (
+        np.array_equal(given, table.y) or np.array_equal(given, np.asarray(table.class_names)[table.y]))
+    if not same_rows:
+        raise ValueError(f"the concept table ({labels.shape[0]} rows x {labels.shape[1]} concepts) does not "
+                         f"hold the training rows {np.shape(X)} with their classes y, in order: pass the "
+                         "table whose rows X and y are")
     groups = ConceptGroups.from_concepts(table.concept_names, table.concept_groups, labels)
     rng = np.random.default_rng(seed)
     share = rng.random(labels.shape[0])

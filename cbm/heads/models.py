@@ -179,7 +179,7 @@ class FERLHead(ConceptHead):
 
     def size(self):
         return {"rules": int(self.model_.n_rules_), "nonzero_weights": None,
-                "concepts_used": int(self.concepts_used().size)}
+                "concepts_used": int(self.concepts_used().size), "evidence": self.model_.evidence_weights}
 
     def describe(self):
         return (f"# {self.name}: {self.model_.n_rules_} rules over {self.concepts_used().size} concepts\n\n"

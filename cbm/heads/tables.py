@@ -109,14 +109,14 @@ def _sources_markdown(entry: dict) -> list[str]:
             "concepts.", "", markdown_table(table)]
 
 
-def _compact_note(heads: dict, n_classes: int, ferl_settings: str) -> list[str]:
+def _compact_note(heads: dict, n_classes: int) -> list[str]:
     """What FERL-compact's rule budget allows, beside the CART of its size (empty without compact)."""
     if "ferl-compact" not in heads:
         return []
     rules = {i: heads["ferl-compact"][i]["size"]["rules"] for i in ("raw", "calibrated")}
     counts = " / ".join(str(rules[i]) for i in ("raw", "calibrated"))
     lines = [f"FERL-compact has {counts} rules (raw / calibrated) for {n_classes} classes."]
-    if ferl_settings == "concepts":  # cbm.heads.models.CONCEPT_SETTINGS: learned weights of evidence
+    if all(heads["ferl-compact"][i]["size"].get("evidence") == "learned" for i in ("raw", "calibrated")):
         lines.append("Beside its rules it reads one source per concept through learned weights of evidence, "
                      "so its rules need not name every class.")
     elif max(rules.values()) < n_classes:
@@ -210,8 +210,7 @@ def heads_markdown(entry: dict) -> str:
         table[f"Paper calib. ({label})"] = [paper.get(h, (DASH, DASH))[1] for h in heads]
     table["Size (raw)"] = [_size(heads[h]["raw"]["size"]) for h in heads]
     table["Size (calib.)"] = [_size(heads[h]["calibrated"]["size"]) for h in heads]
-    note = _compact_note(heads, n_train, entry.get("ferl_settings", "learner"))
-    lines += ["", markdown_table(table), *note]
+    lines += ["", markdown_table(table), *_compact_note(heads, n_train)]
     if paper_key:
         lines.append(f"Paper values: §5.2's text for {DATASET_LABELS.get(paper_key, paper_key)} "
                      f"({DASH} = not given in our copy of the paper); the paper's concept detector is an "

@@ -8,9 +8,10 @@ ignorance, OOD score), or explained with the intervention recorded. Two kinds of
 ``sequential``
     The run's own head (``head/<name>/<inputs>``, written by ``fit-head``), fitted on the
     detector's concept probabilities; a run without saved heads (an open-world fold) gets the
-    same head fitted here on its train split.
+    same head fitted here on its train split (FERL heads with fit-head's default concept settings,
+    `cbm.heads.models.CONCEPT_SETTINGS`; CART heads on `cbm.heads.interventions.training_rows`).
 ``independent``
-    The same registry head fitted on the train split's **true** concept labels (Koh et al. 2020's
+    The same head fitted on the train split's **true** concept labels (Koh et al. 2020's
     independent bottleneck), the head an expert's answers suit: it reads 0 / 1 concepts in
     training, and the detector's calibrated probabilities at test time.
 """
@@ -206,7 +207,8 @@ def open_head(run: RunConcepts, name: str = "ferl-deep", fit: str = "sequential"
                              "run whose heads were saved by fit-head (sequential)")
         X_fit = (train.concept_labels.astype(np.float64) if fit == "independent"
                  else run.concepts("train", inputs))
-        head = make_head(name, seed=seed)
+        # FERL heads with fit-head's (and evaluate-openworld's) default settings, the concept-vector ones
+        head = make_head(name, seed=seed, **({"settings": "concepts"} if name.startswith("ferl-") else {}))
         head.fit(*training_rows(head, X_fit, names[train.y], None if fit == "independent" else train, seed),
                  train.concept_names)
     return RunHead(run, head, fit, inputs, run.groups, expert_values_for(head, X_fit, expert))

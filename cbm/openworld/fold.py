@@ -78,7 +78,7 @@ __all__ = [
 #: Layout version of ``result.json``: a fold with another version is re-evaluated (detector reused), so
 #: a change to what a fold computes (the heads' settings, the scores, the operating point) bumps it and
 #: stale folds are never read back as current.
-RESULT_VERSION = 18
+RESULT_VERSION = 19
 #: Concept tables exported per fold: retained train/val/test and the held-out classes' test images.
 PARTS = ("train", "val", "test", "novel")
 

@@ -70,6 +70,7 @@ def test_sizes(fitted):
         "rules": ferl.model_.n_rules_,
         "nonzero_weights": None,
         "concepts_used": len(set(ferl.model_.tree_.feature[ferl.model_.tree_.feature >= 0])),
+        "evidence": "tree",  # the learner's preset: the paper's tree evidence
     }
     assert fitted["cart"].size()["rules"] == fitted["cart"].model_.get_n_leaves()
     assert fitted["cart-compact"].size()["rules"] == 4 < fitted["cart"].size()["rules"]
@@ -85,7 +86,7 @@ def test_a_ferl_deep_with_learned_weights_counts_every_concept_it_reads():
     # read the three concepts that vary; lr-restricted sized from it refused to fit
     X, y, names = np.array([[0.9, 0.1, 0.5, 0.2], [0.1, 0.8, 0.5, 0.3]]), ["a", "b"], ["p", "q", "r", "s"]
     deep = make_head("ferl-deep", settings="concepts").fit(X, y, names)
-    assert deep.size() == {"rules": 1, "nonzero_weights": None, "concepts_used": 3}
+    assert deep.size() == {"rules": 1, "nonzero_weights": None, "concepts_used": 3, "evidence": "learned"}
     assert deep.concepts_used().tolist() == [0, 1, 3] and "1 rules over 3 concepts" in deep.describe()
     restricted = make_head("lr-restricted", n_concepts=deep.size()["concepts_used"]).fit(X, y, names)
     assert restricted.size()["concepts_used"] == 3

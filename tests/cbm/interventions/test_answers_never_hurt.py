@@ -19,10 +19,10 @@ import yaml
 from cbm.concepts.interventions import ConceptGroups
 from cbm.data.concept_tables import save_concept_table
 from cbm.data.synthetic_world import make_world
-from cbm.heads import HEADS, make_head
+from cbm.heads import HEADS, load_head, make_head
 from cbm.heads.fit import fit_head
 from cbm.heads.interventions import expert_values_for, training_rows
-from cbm.interventions import InterventionSettings, evaluate_interventions, load_concepts
+from cbm.interventions import InterventionSettings, evaluate_interventions, load_concepts, open_head
 from cbm.interventions.curves import intervention_curve
 
 N_CLASSES = 20
@@ -107,5 +107,32 @@ def test_the_answered_copy_answers_whole_groups_with_the_labels(leaky_run):
     lr = make_head("lr", seed=0)
     assert training_rows(lr, X, train.y, train)[0] is X
     assert training_rows(head, X, train.y, None)[0] is X
-    with pytest.raises(ValueError, match="do not match the training inputs"):
-        training_rows(head, X[:-1], train.y[:-1], train)
+    # a table that does not hold the rows, in order, is refused rather than answering the wrong rows
+    order = np.random.default_rng(0).permutation(len(X))
+    for bad_X, bad_y in ((X[:-1], train.y[:-1]), (X[order], train.y[order])):
+        with pytest.raises(ValueError, match="does not hold the training rows"):
+            training_rows(head, bad_X, bad_y, train)
+    with pytest.raises(ValueError, match="labels for"):
+        training_rows(head, X, train.y[:-1], train)
+    for seed in (-1, None, 1.5):
+        with pytest.raises(ValueError, match="seed must be a non-negative integer"):
+            training_rows(head, X, train.y, train, seed=seed)
+    by_name = training_rows(head, X, np.asarray(train.class_names)[train.y], train, seed=np.int64(3))[0]
+    assert np.array_equal(by_name, X_fit)  # class names or indices, numpy or Python seed: the same copy
+
+
+def test_fit_heads_cart_is_the_cart_of_its_training_rows_and_open_head_refits_it_so(leaky_run):
+    """fit-head's saved CART is a CART fitted on training_rows; a run without saved heads (an
+    open-world fold) refits the same CART, and its FERL heads with fit-head's concept settings."""
+    run = load_concepts(leaky_run)
+    train = run.tables["train"]
+    saved = load_head(leaky_run / "head" / "cart" / "calibrated")
+    assert saved.model_.tree_.n_node_samples[0] == 2 * train.n_samples
+    bare = load_concepts(leaky_run)
+    bare.run_dir = leaky_run / "no-such-heads"
+    refit = open_head(bare, "cart").head
+    X_test = run.concepts("test")
+    assert np.array_equal(refit.predict_proba(X_test), saved.predict_proba(X_test))
+    ferl = open_head(bare, "ferl-compact").head
+    assert ferl.settings == "concepts" and ferl.size()["evidence"] == "learned"
+    assert open_head(bare, "cart", fit="independent").head.model_.tree_.n_node_samples[0] == train.n_samples
