@@ -22,13 +22,10 @@ from ferl._rules_mixin import RulesMixin
 from ferl.evidence.weights import fit_evidence_weights, rule_sources
 from ferl.explain import Explanation, build_explanation
 from ferl.io.model_files import ModelFilesMixin
-from ferl.novelty.blas import one_blas_thread
 from ferl.novelty.discount import point_reliability, typical_reliability
-from ferl.novelty.kinds import check_kind, default_kind
-from ferl.novelty.leaf_readout import leaf_totals
-from ferl.novelty.prototypes import fit_rule_prototypes
-from ferl.novelty.scores import analyse, check_variances, fit_free_gaussians
-from ferl.novelty.typicality import fit_leaf_gaussians
+from ferl.novelty.linalg import one_blas_thread
+from ferl.novelty.ood_score import check_kind, default_kind
+from ferl.novelty.scores import analyse, fit_novelty
 from ferl.presets import PARAMETER_CONSTRAINTS, PRESETS, growth_settings, preset_setting
 from ferl.readout.mixin import ReadoutMixin
 from ferl.rules import fires_alone
@@ -50,7 +47,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     ``m_o({c}) = phi_o p_o(c)``, ``m_o(Theta) = 1 - phi_o``; combining the masses of the evidence
     nodes (section 3.2, eq. 4) gives belief, plausibility, ignorance, the pignistic probability
     (``predict_proba``) and the interval-dominance credal set (``predict_set``). The same pass gives
-    novelty (section 3.1, appendix A.2, `ferl.novelty.scores`, `ferl.novelty.typicality`, and beyond the
+    novelty (section 3.1, appendix A.2, `ferl.novelty.scores`, `ferl.novelty.leaf_gaussians`, and beyond the
     paper the
     rule prototypes of `ferl.novelty.prototypes` behind the default ``ood_score``: ``routing_loss``,
     ``feature_anomaly``, ``ood_score``, ``anomalous_features``), rules and explanations (``rules_``,
@@ -131,7 +128,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         `calibrate_novelty` has set an operating point, by one that falls past that point on the
         model's own score (``True`` only; the abstention rate of held-out inputs is then the one
         asked for); ``BetP``'s argmax, hence ``predict``, is unchanged. ``"rules"``: every source's firing
-        ``phi_o`` by its own leaf typicality ``r_o(x)`` (`ferl.novelty.reliability`). On the
+        ``phi_o`` by its own leaf typicality ``r_o(x)`` (`ferl.novelty.discount`). On the
         synthetic open world (``scripts/bench_openworld_novelty.py``) ``"typical"`` makes many
         more held-out images abstain while retained test images stay under the 5 % target,
         and the ignorance ranks held-out images far better than the paper's (still below the
@@ -148,7 +145,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
     Attributes
     ----------
     tree_ : FuzzyTree
-        The flat-array tree, with the free-feature Gaussians of eq. 3 (`ferl.novelty.scores`).
+        The flat-array tree, with the free-feature Gaussians of eq. 3 (`ferl.novelty.free_gaussians`).
     classes_ : ndarray of shape (n_classes,)
     n_features_in_ : int
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -165,7 +162,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         Share of the training weight on which each rule holds more than half the firing
         (`ferl.rules.fires_alone`); None for a model saved before it was recorded.
     leaf_gaussians_ : LeafGaussians
-        The leaves' full-covariance Gaussians (`ferl.novelty.typicality`).
+        The leaves' full-covariance Gaussians (`ferl.novelty.leaf_gaussians`).
     rule_prototypes_ : RulePrototypes
         The supported leaves whose means are prototypes, and the training rows' reference scores
         of the default ``"typical"`` OOD score (`ferl.novelty.prototypes`).
@@ -235,7 +232,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             zero, fewer than two classes (with positive weight, also relative to the largest
             weight in float64), `feature_names` of the wrong
             length, a non-constant feature whose variance
-            overflows float64 or lies below `ferl.novelty.scores.MIN_VARIANCE` (the message names it;
+            overflows float64 or lies below `ferl.novelty.free_gaussians.MIN_VARIANCE` (the message names it;
             rescale X).
         """
         check_params(self, PARAMETER_CONSTRAINTS)
@@ -268,12 +265,12 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         rng = np.random.default_rng(seed_from(self.random_state))
         self.tree_ = grow_tree(X, y_enc.astype(np.int64, copy=False), sw, n_classes, settings, rng, sets)
         self.tree_.weight = self.tree_.weight * unit
-        # one slim ungated pass feeds all three (the gates are 1 on the rows of positive weight)
+        # one slim ungated pass feeds the novelty models, the rule shares and the learned weights (the
+        # gates are 1 on the rows of positive weight)
         fired = self.tree_.training_firing(X)
-        with np.errstate(over="ignore", invalid="ignore"):
-            fit_free_gaussians(self.tree_, X, sw, fired)
-        check_variances(self.tree_, self.feature_range_, self.feature_names_)
-        self.leaf_gaussians_, crossfit_term = fit_leaf_gaussians(self.tree_, X, sw, fired)
+        self.leaf_gaussians_, self.rule_prototypes_ = fit_novelty(
+            self.tree_, X, sw, fired, self.feature_range_, self.feature_names_, bool(self.bounded_support),
+            self._gate_margin())
         self.n_rules_ = int(self.tree_.is_leaf.sum())
         self.evidence_nodes_ = preset_setting(self, "evidence_nodes")
         self.rule_alone_ = fires_alone(fired, sw, self.tree_.is_leaf)
@@ -285,22 +282,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
             with one_blas_thread():  # lbfgs on a few 10^4 weights: threads only contend
                 self.evidence_weights_ = fit_evidence_weights(
                     rule_sources(X, self.feature_range_, leaf_phi), y_enc, sw, n_classes)
-        self.rule_prototypes_ = None  # the reference's "leaf" scores below do not read it
-        # read out directly: `ood_score` would validate the rows again, and warn that an ndarray
-        # lacks the feature names of a DataFrame fitted on
-        self.rule_prototypes_ = fit_rule_prototypes(
-            self.leaf_gaussians_, fired, X, sw, self.feature_range_,
-            lambda rows: self._reference_scores(X[rows], crossfit_term[rows]))
         return self
-
-    def _reference_scores(self, X, crossfit_term) -> tuple[np.ndarray, np.ndarray]:
-        """In-sample and cross-fitted ``"leaf"`` scores of training rows ``X`` whose cross-fitted leaf
-        term ``T`` (`ferl.novelty.typicality.fit_leaf_gaussians`) is ``crossfit_term``: the in-sample
-        score with its ``T / d`` swapped for the cross-fitted one."""
-        in_sample = self._read(X, False, score="leaf").score
-        fired = self.tree_.sparse_firing(X, False, np.ones(self.tree_.n_nodes))
-        term = leaf_totals(self.leaf_gaussians_, X, fired)[0]
-        return in_sample, np.maximum(in_sample + (crossfit_term - term) / X.shape[1], 0.0)
 
     # ------------------------------------------------------------------ inference
     def _check_X(self, X):
@@ -318,16 +300,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         return validate_data(self, str_columns(X), reset=False, dtype=np.float64, ensure_all_finite=True)
 
     def _gate_margin(self) -> np.ndarray:
-        tree = self.tree_
-
-        def compute():
-            span = self.feature_range_[:, 1] - self.feature_range_[:, 0]
-            min_margin = np.maximum(self.min_width * span, np.finfo(np.float64).tiny)
-            return tree.margins(self.support_margin, min_margin)
-
-        inputs = (tree.lo, tree.hi, tree.feature, self.feature_range_, self.support_margin,
-                  self.min_width)
-        return tree.derived("margin", inputs, compute)
+        return self.tree_.margins(self.support_margin, self.min_width, self.feature_range_)
 
     def _firing(self, X):
         """Dense firing ``phi`` (n, n_nodes) and gate losses (n, n_nodes) of validated ``X``."""
@@ -363,7 +336,7 @@ class FERLClassifier(RulesMixin, ReadoutMixin, ModelFilesMixin, ClassifierMixin,
         Raises
         ------
         ValueError
-            Several rows, bad ``x`` or ``domain``, or a ``kind`` not of `ferl.novelty.kinds.OOD_KINDS`.
+            Several rows, bad ``x`` or ``domain``, or a ``kind`` not of `ferl.novelty.ood_score.OOD_KINDS`.
         """
         kind = default_kind(self) if kind is None else check_kind(kind)
         X = self._check_X(one_sample(x))

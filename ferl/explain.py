@@ -92,7 +92,7 @@ class Explanation:
     ood_score : float
         OOD score of kind ``ood_kind`` (``FERLClassifier.ood_score``), higher = more novel.
     ood_kind : str
-        Its kind, one of `ferl.novelty.kinds.OOD_KINDS`: by default the one the product flags
+        Its kind, one of `ferl.novelty.ood_score.OOD_KINDS`: by default the one the product flags
         with (`ferl.novelty.default_kind`).
     anomalous_features : tuple of AnomalousFeature
         Most anomalous attributes, highest first; their scores are the parts of the ``typical``
@@ -269,7 +269,7 @@ def before_discount(reliability: float) -> str:
 def _number(value: float, digits: int) -> str:
     """An unbounded score (nats) with ``digits`` decimals, in scientific notation from 1e6 on: the
     finite scores of an input far off the training range reach 1e200 (standardised distances are
-    clipped at `ferl.novelty.typicality.Z_MAX`), some 200 digits in fixed notation."""
+    clipped at `ferl.novelty.linalg.Z_MAX`), some 200 digits in fixed notation."""
     return f"{value:.{digits}f}" if abs(value) < 1e6 else f"{value:.{digits}e}"
 
 
@@ -298,7 +298,7 @@ def build_explanation(model, x: np.ndarray, phi: np.ndarray, reliability: np.nda
     ood_score : float
         OOD score of the input, of kind ``ood_kind``.
     ood_kind : str
-        Its kind (`ferl.novelty.kinds.OOD_KINDS`).
+        Its kind (`ferl.novelty.ood_score.OOD_KINDS`).
     radius : float
         Certified robustness radius of the input.
     evidence_reliability : float in [0, 1], default=1.0

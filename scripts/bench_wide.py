@@ -1,5 +1,5 @@
 """FERL-deep fit time on wide inputs (few rows, many features): the diagonal leaf Gaussians against the
-full-covariance ones, side by side (`ferl.novelty.leaf_fit_diag`).
+full-covariance ones, side by side (`ferl.novelty.leaf_fit`).
 
 With fewer training rows than features the fit keeps the leaf Gaussians' variances only; the full
 covariances it used before cost d x d memory and d^3 time per distinct correlation matrix. For each
@@ -22,7 +22,7 @@ from unittest import mock
 import numpy as np
 
 from ferl import FERLClassifier
-from ferl.novelty import typicality
+from ferl.novelty import leaf_gaussians
 
 
 def fit_seconds(n: int, d: int, full: bool, seed: int = 0) -> tuple[float, tuple]:
@@ -30,8 +30,8 @@ def fit_seconds(n: int, d: int, full: bool, seed: int = 0) -> tuple[float, tuple
     leaf covariances; ``full`` forces the full covariances."""
     rng = np.random.default_rng(seed)
     X, y = rng.random((n, d)), np.arange(n) % 2
-    rule = (lambda sw, d: False) if full else typicality.diagonal_leaves
-    with mock.patch.object(typicality, "diagonal_leaves", rule):
+    rule = (lambda sw, d: False) if full else leaf_gaussians.diagonal_leaves
+    with mock.patch.object(leaf_gaussians, "diagonal_leaves", rule):
         start = time.process_time()
         clf = FERLClassifier(variant="deep", random_state=seed).fit(X, y)
         return time.process_time() - start, clf.leaf_gaussians_.cov.shape

@@ -39,7 +39,7 @@ from bench_scale import cub_like  # noqa: E402
 from cbm.heads.models import CONCEPT_SETTINGS  # noqa: E402
 from ferl import PRESETS, FERLClassifier  # noqa: E402
 from ferl.benchmarks.keel import default_data_root, load_keel  # noqa: E402
-from ferl.novelty.kinds import SCORE_KINDS  # noqa: E402
+from ferl.novelty.ood_score import SCORE_KINDS  # noqa: E402
 
 #: Outputs compared by value; every other one must be equal (labels, sets).
 DISCRETE = ("predict", "set", "set_cov", "readout_set")

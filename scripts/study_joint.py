@@ -1,5 +1,5 @@
 """How FERL's ``joint`` OOD score joins its two signals: the variants measured on stored open-world
-scores (`ferl.novelty.joint`; docs/results/novelty.md).
+scores (`ferl.novelty.ood_score`; docs/results/novelty.md).
 
 Usage::
 

@@ -1,7 +1,7 @@
 """Variants of FERL's ``"typical"`` OOD score (`ferl.novelty.prototypes`), by AUROC in %.
 
 **Units and residual** (always): ``"typical"`` as shipped (the ``"leaf"`` term ``T / d + F``
-without the paper's residual, `ferl.novelty.scores.LEAF_RESIDUAL` = 0; the prototype distance in training
+without the paper's residual, `ferl.novelty.ood_score.LEAF_RESIDUAL` = 0; the prototype distance in training
 ranges, `ferl.novelty.prototypes.feature_ranges`) against the same with the prototype distance in training
 standard deviations (**D in sd**), with a quarter of the residual in the leaf term (**R/4**), and
 both (the version before).
@@ -10,9 +10,9 @@ both (the version before).
 ``E(x)`` is the mean distance from an input to its ``k`` nearest training inputs, either among all
 of them (**g**lobal, a kNN) or among those whose strongest ungated leaf firing is the input's
 strongest leaf (**r**ule: "the nearest training examples of the rule this input reaches"), in
-standardised units (**std**, `ferl.novelty.typicality.standardise`) or the raw inputs (**raw**), L1 (**ma**)
+standardised units (**std**, `ferl.novelty.linalg.standardise`) or the raw inputs (**raw**), L1 (**ma**)
 or L2 (**eu**). For each: ``E`` alone, ``t_leaf + t_E`` and ``"typical" + t_E`` (Fisher's method as
-in `ferl.novelty.prototypes`: ``t_E`` is `ferl.novelty.prototypes.tail_nats` of ``E`` among the leave-self-out
+in `ferl.novelty.prototypes`: ``t_E`` is `ferl.novelty.ood_score.tail_nats` of ``E`` among the leave-self-out
 distances of the reference training rows).
 
 Beside them: the ``"leaf"`` and ``"prototype"`` kinds alone (ablation kinds,
@@ -51,8 +51,10 @@ from ferl.benchmarks.ood import KNNDetector
 from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.benchmarks.protocol import make_splits, scale_fold
 from ferl.metrics.ood import ood_auroc
-from ferl.novelty.prototypes import nearest_prototype, reference_rows, tail_nats
-from ferl.novelty.typicality import standardise
+from ferl.novelty.linalg import standardise
+from ferl.novelty.ood_score import tail_nats
+from ferl.novelty.prototypes import nearest_prototype
+from ferl.novelty.scores import reference_rows
 
 #: (k, metric, units, scope) of the exemplar distances compared.
 CONFIGS = [(k, m, u, s) for k in (1, 3) for m in ("manhattan", "euclidean") for u in ("raw", "std")

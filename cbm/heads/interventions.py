@@ -150,14 +150,14 @@ def head_outputs(head: ConceptHead, X: np.ndarray, ood_kind: str | None = None,
     For FERL heads the outputs are the head's decision at its operating point
     (`cbm.heads.operating.decide`, what ``predict`` answers; ``feature_score`` (n,): the images'
     feature typicality, unchanged by an intervention, None: unknown) and, with ``ood``, the OOD
-    score of kind ``ood_kind`` (`ferl.novelty.kinds.OOD_KINDS`; None: the head's own,
+    score of kind ``ood_kind`` (`ferl.novelty.ood_score.OOD_KINDS`; None: the head's own,
     :attr:`cbm.heads.FERLHead.ood_kind`, the kind ``predict`` flags with).
 
     Raises
     ------
     ValueError
         Bad concept vectors (see `ConceptHead.predict_proba`), an OOD kind not of
-        `ferl.novelty.kinds.OOD_KINDS`.
+        `ferl.novelty.ood_score.OOD_KINDS`.
     """
     if not is_evidential(head):
         return HeadOutputs(head.predict_proba(X))

@@ -22,7 +22,7 @@ from ferl import FERLClassifier
 from ferl.io.persist import atomic_write_bytes, read_model, write_model
 from ferl.metrics import fit_acceptance_threshold
 from ferl.novelty.discount import DiscountPointWarning
-from ferl.novelty.kinds import ABLATION_KINDS, OOD_KINDS, check_kind, default_kind
+from ferl.novelty.ood_score import ABLATION_KINDS, OOD_KINDS, check_kind, default_kind
 from ferl.rules import COLUMN_LEGEND
 
 __all__ = ["CARTHead", "CONCEPT_SETTINGS", "FERLHead", "FERL_SETTINGS", "LRHead", "RestrictedLRHead"]
@@ -152,7 +152,7 @@ class FERLHead(ConceptHead):
         The open-world protocol's rule (:func:`ferl.metrics.fit_acceptance_threshold`, paper Table 3
         "Reject" column): the ``ceil(accept * n)``-th smallest OOD score of ``X`` (n, k), so "score <=
         value" accepts at least ``accept`` of them. ``fit-head`` fits it on the val split at 95 %.
-        ``kind`` (`ferl.novelty.kinds.OOD_KINDS`) None: the model's, `ferl.novelty.default_kind`:
+        ``kind`` (`ferl.novelty.ood_score.OOD_KINDS`) None: the model's, `ferl.novelty.default_kind`:
         ``energy`` for a head with learned weights of evidence (the open-world score that ranks
         held-out classes best on real concept vectors, ahead of a logistic regression's own energy
         and entropy; docs/results/real-heads.md), else ``typical``.

@@ -106,7 +106,7 @@ def intervention_curve(head: ConceptHead, X: np.ndarray, answers: np.ndarray, gr
     y_idx : ndarray of shape (n,), optional
         True class index per row in ``head.classes_`` (None: no accuracy or coverage).
     ood_kind : str or None
-        FERL OOD score kind (`ferl.novelty.kinds.OOD_KINDS`); None: the head's own
+        FERL OOD score kind (`ferl.novelty.ood_score.OOD_KINDS`); None: the head's own
         (:attr:`cbm.heads.FERLHead.ood_kind`).
     feature_score : ndarray of shape (n,), optional
         The rows' feature typicality (their images', unchanged by the answers), read by a FERL

@@ -36,7 +36,7 @@ from cbm.interventions.report import curves_figure, curves_markdown
 from cbm.interventions.run import FITS, RunConcepts, load_concepts, open_head
 from ferl import metrics as M
 from ferl.io.persist import atomic_write_bytes, atomic_write_text
-from ferl.novelty.kinds import check_kind
+from ferl.novelty.ood_score import check_kind
 
 __all__ = ["OUT_DIR", "InterventionSettings", "check_comparable", "evaluate_interventions", "evaluate_run",
            "run_dirs"]
@@ -68,7 +68,7 @@ class InterventionSettings:
         Rows per split (a seeded random subset when the split is larger).
     expert : {"auto", "labels", "percentiles"}
     ood_kind : str or None
-        FERL's OOD score, a kind of `ferl.novelty.kinds.OOD_KINDS`; None: each head's own, the kind
+        FERL's OOD score, a kind of `ferl.novelty.ood_score.OOD_KINDS`; None: each head's own, the kind
         ``predict`` flags with (:attr:`cbm.heads.FERLHead.ood_kind`).
     seed : int
         Seed of the heads fitted here, the row subset and the random policy.

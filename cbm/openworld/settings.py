@@ -30,7 +30,7 @@ class EvalSettings:
         FERL heads of :data:`cbm.heads.HEADS` (``ferl-compact`` / ``ferl-medium`` / ``ferl-deep``).
     ferl_kinds : tuple of str
         FERL OOD scores (`ferl.benchmarks.ood.ferl_score`): the product's kinds
-        (`ferl.novelty.kinds.OOD_KINDS`: ``typical``, the leaf Gaussians' score and the distance to
+        (`ferl.novelty.ood_score.OOD_KINDS`: ``typical``, the leaf Gaussians' score and the distance to
         the nearest rule prototype combined, `ferl.novelty.prototypes`; ``energy``, the learned
         weights'; ``ignorance``), the ablation kinds (`ferl.benchmarks.ood_kinds.ABLATION_KINDS`;
         ``residual``: the paper's "native residual"), ``ignorance-discounted`` (m(Θ) with

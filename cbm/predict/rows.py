@@ -29,7 +29,7 @@ class Predictions:
         ``input``, ``class`` (argmax of the pignistic probability), ``probability`` (its BetP),
         ``belief`` (its Bel = m({c})), ``set`` (credal-set classes), ``set_size``, ``abstained``,
         ``ignorance`` (m(Θ)): the evidence discounted at the operating point; ``ood_kind`` (the
-        kind of OOD score, the threshold's: `ferl.novelty.kinds.OOD_KINDS`), ``ood_score``,
+        kind of OOD score, the threshold's: `ferl.novelty.ood_score.OOD_KINDS`), ``ood_score``,
         ``ood_threshold``, ``ood_flag`` (score above the threshold: flagged as novel),
         ``shift_score`` and ``shift_flag`` (the input looks unlike the training images),
         ``anomalous_attributes`` (``[(name, score)]``, highest first), ``true_class`` (when known,

@@ -217,7 +217,7 @@ def ferl_score(model, X: np.ndarray, kind: str) -> np.ndarray:
         A fitted model (left with its own ``novelty_discount``).
     X : ndarray of shape (n_samples, n_features)
     kind : str
-        One of `ferl.novelty.kinds.OOD_KINDS` (the product's), `ferl.benchmarks.ood_kinds.ABLATION_KINDS`,
+        One of `ferl.novelty.ood_score.OOD_KINDS` (the product's), `ferl.benchmarks.ood_kinds.ABLATION_KINDS`,
         `DISCOUNTED`, or FERL's class evidence read as a confidence score
         (`ferl.benchmarks.confidence.BETP_KINDS`).
 

@@ -1,6 +1,6 @@
 """The ablation kinds of OOD score: what the read-out computes beyond the product's three kinds.
 
-`FERLClassifier.ood_score` offers the product's kinds (`ferl.novelty.kinds.OOD_KINDS`: ``typical``,
+`FERLClassifier.ood_score` offers the product's kinds (`ferl.novelty.ood_score.OOD_KINDS`: ``typical``,
 ``energy``, ``ignorance``). The kinds of `ABLATION_KINDS` are kept for benchmarks and ablation
 studies (`ferl.benchmarks.ood`, the open-world protocol's appendix, ``scripts/bench_*.py``):
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ferl.novelty.kinds import ABLATION_KINDS
+from ferl.novelty.ood_score import ABLATION_KINDS
 from ferl.readout.mixin import read_score
 
 __all__ = ["ABLATION_KINDS", "ablation_score"]

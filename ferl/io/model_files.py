@@ -22,9 +22,9 @@ from sklearn.utils.validation import check_is_fitted
 from ferl._params import check_params
 from ferl.evidence.weights import EvidenceWeights
 from ferl.io import persist
-from ferl.novelty.joint import spread_ok
+from ferl.novelty.leaf_gaussians import RIDGE, LeafGaussians
+from ferl.novelty.ood_score import spread_ok
 from ferl.novelty.prototypes import RulePrototypes
-from ferl.novelty.typicality import RIDGE, LeafGaussians
 from ferl.presets import PARAMETER_CONSTRAINTS
 from ferl.tree.fuzzy_tree import FuzzyTree
 
@@ -254,7 +254,7 @@ def _value_problem(est, tree: FuzzyTree, d: int) -> str | None:
 
 def _leaf_arrays(model: LeafGaussians) -> dict[str, np.ndarray]:
     """The leaf Gaussians' saved arrays; covariances as their lower triangles (they are symmetric),
-    diagonal ones (`ferl.novelty.leaf_fit_diag`) as their variances."""
+    diagonal ones (`ferl.novelty.leaf_fit`) as their variances."""
     arrays = {f"leaf_{k}": getattr(model, k) for k in LeafGaussians.SAVED_FIELDS if k != "cov"}
     if model.cov.ndim == 2:
         arrays["leaf_cov_diag"] = model.cov
@@ -300,7 +300,7 @@ def _load_leaf_gaussians(path, tree: FuzzyTree, d: int, arrays: dict) -> LeafGau
     cov[:, rows, cols] = fields.pop("cov_tril")
     cov[:, cols, rows] = cov[:, rows, cols]
     # every variance holds the ridge; a small leaf that takes the pooled correlations
-    # (`ferl.novelty.typicality`) can have eigenvalues far below it, so the check is definiteness itself
+    # (`ferl.novelty.leaf_gaussians`) can have eigenvalues far below it, so the check is definiteness itself
     # (up to its rounding: a covariance near 1e58, weights spanning 1e580, came out indefinite by 1e42)
     lam = np.linalg.eigvalsh(cov)
     if leaves.size and (np.diagonal(cov, axis1=1, axis2=2).min() < RIDGE * (1 - 1e-9)

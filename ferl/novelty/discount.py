@@ -1,4 +1,5 @@
-"""The novelty discount of the evidence by the ``"typical"`` score (beyond the paper).
+"""The novelty discount of the evidence (beyond the paper): by the ``"typical"`` score, at a calibrated
+operating point, or source by source by the leaf typicality.
 
 FERL's evidence is blind to near-OOD inputs: a held-out class still fires rules, so its credal set
 is often a confident singleton. With ``novelty_discount`` on (`ferl.FERLClassifier`) the combined
@@ -10,7 +11,7 @@ reliability ``r(x)`` that falls with its ``"typical"`` OOD score ``t(x)`` (`ferl
 ``delta`` = `DISCOUNT_SLOPE`, ``tau`` the `DISCOUNT_QUANTILES` [0] quantile and ``tau + lambda
 log 2`` the [1] quantile of the *cross-fitted* ``"typical"`` scores of the reference training rows
 (`fit_discount`): their leaf term is scored by leaf Gaussians fitted without the row's fold
-(`ferl.novelty.typicality.fit_leaf_gaussians`), since the in-sample scores flatter the training rows
+(`ferl.novelty.leaf_gaussians.fit_leaf_gaussians`), since the in-sample scores flatter the training rows
 (on the KEEL calibration parts the in-sample reference shifted the tails markedly and widened the
 sets of typical inputs more; docs/results/novelty.md). So ``r >= exp(-delta)`` for
 inputs as typical as a fraction [0] of unseen training inputs and ``r = 1/2`` (times
@@ -20,7 +21,7 @@ m(Theta))`` for its least-massive class ``c`` (`ferl.evidence.discount_evidence`
 One reliability for the whole body of evidence rather than one per source: the typical score is
 a property of the input against the whole tree (its nearest prototype need not be a rule it
 reaches), and the per-source discount of the leaf typicality (``novelty_discount="rules"``,
-`ferl.novelty.reliability`) could not reach the abstention targets (docs/results/novelty.md).
+`ferl.novelty.discount`) could not reach the abstention targets (docs/results/novelty.md).
 
 The constants (`DISCOUNT_QUANTILES` = (0.9, 0.995), `DISCOUNT_SLOPE` = 0.05) were chosen on the
 synthetic open world (``python scripts/bench_openworld_novelty.py ROOT --quantiles Q0,Q1 --slope
@@ -42,10 +43,38 @@ react to it.
 
 The calibrated operating point (`point_reliability`, `fit_operating_point`, set by
 ``FERLClassifier.calibrate_novelty`` on held-out in-distribution inputs) replaces that curve once a
-model has one: the reliability reads the model's own score (`ferl.novelty.kinds.default_kind`) and
+model has one: the reliability reads the model's own score (`ferl.novelty.ood_score.default_kind`) and
 falls steeply past the point where a chosen share of the held-out inputs abstains. With learned
 weights of evidence the curve above moved no input to abstention; the point sets the abstention
 rate a user meets directly (docs/results/novelty.md, "The product's score").
+
+**The per-source discount** (``novelty_discount="rules"``, `source_reliability`, applied by
+`ferl.evidence.discount`): leaf ``l`` is a reliable source for ``x`` when its *typicality score*
+``s_l(x) = nll_l(x) / d + R_l(x) / 2`` (`leaf_typicality`: the leaf's part of the ``nll`` OOD
+score, with half the paper's free-feature residual along its path,
+`ferl.novelty.free_gaussians.path_residual`) is no larger than for typical training inputs:
+``r_l(x) = exp(-delta min(s_l, tau) / tau - max(0, s_l - tau) / lambda)`` (``delta`` =
+`TYPICAL_DISCOUNT`). ``tau`` and ``lambda`` come from the *cross-fitted* scores of the training
+inputs (`ferl.novelty.leaf_gaussians.fit_leaf_gaussians`): ``tau`` is their firing-weighted
+``RELIABILITY_QUANTILES`` [0] quantile and ``r = 1/2`` at the [1] quantile; an internal node's
+reliability is the firing-weighted mean of its leaves'.
+
+``RELIABILITY_QUANTILES`` = (0.9, 0.96) was chosen on the synthetic open world
+(``scripts/bench_openworld_novelty.py``, FERL-deep) as the only setting tried that meets both
+abstention targets (at least 40 % of held-out images, at most 5 % of retained test images) while
+keeping ``r`` near 1 for 90 % of typical inputs; the grid is in docs/results/novelty.md ("The
+per-source discount").
+
+With a reliability of 1 below ``tau`` the ignorance of every input under ``tau`` would be the
+paper's, blind to novelty, and the discounted ignorance would rank held-out classes far below the
+``nll`` score. A gentle slope ``delta`` below ``tau`` (beyond the paper) keeps typical inputs'
+masses within ``delta`` of the paper's (``r >= 1 - delta``) and lets the ignorance rank them by
+typicality. ``delta`` = `TYPICAL_DISCOUNT` = 0.01 gets most of the ranking gain of the steepest
+slope tried while typical masses move by at most ``delta``; steeper slopes rank better but abstain
+on more retained inputs. Chosen on the synthetic open world
+(``scripts/bench_openworld_novelty.py``) and checked on 30 KEEL sets x 5 folds
+(``scripts/bench_novelty_tabular.py``); figures in docs/results/novelty.md ("The per-source
+discount").
 """
 
 from __future__ import annotations
@@ -57,9 +86,15 @@ from numbers import Real
 
 import numpy as np
 
-__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "POINT_WIDTH", "DiscountPointWarning", "check_abstain",
-           "discounting",
-           "fit_discount", "fit_operating_point", "point_reliability", "reliability_curve",
+from ferl.novelty.free_gaussians import free_gaussians, path_residual
+from ferl.novelty.leaf_gaussians import LeafGaussians, leaf_totals
+from ferl.novelty.linalg import Z_MAX, standardise
+from ferl.tree.firing import Firing
+from ferl.tree.fuzzy_tree import FuzzyTree
+
+__all__ = ["DISCOUNT_QUANTILES", "DISCOUNT_SLOPE", "POINT_WIDTH", "TYPICAL_DISCOUNT", "DiscountPointWarning",
+           "check_abstain", "discounting", "fit_discount", "fit_operating_point", "leaf_typicality",
+           "point_reliability", "reliability", "reliability_curve", "source_reliability",
            "typical_reliability"]
 
 #: Quantiles of the cross-fitted reference ``"typical"`` scores where the reliability starts to fall
@@ -161,7 +196,7 @@ def point_reliability(point: np.ndarray, score: np.ndarray) -> np.ndarray:
     point : ndarray of shape (2,)
         ``(tau, width)`` of `fit_operating_point`, ``width > 0``, in units of the score.
     score : ndarray of shape (n,), float64, finite
-        The model's own OOD score (`ferl.novelty.kinds.default_kind`: ``joint`` or ``typical``;
+        The model's own OOD score (`ferl.novelty.ood_score.default_kind`: ``joint`` or ``typical``;
         any sign).
 
     Returns
@@ -234,3 +269,77 @@ def fit_operating_point(score: np.ndarray, abstains, abstain: float) -> np.ndarr
         else:
             lo = mid + 1
     return np.array([ordered[hi], width])
+
+
+#: The most a typical input (typicality score at most ``tau``) is discounted: ``r >= 1 - delta``.
+TYPICAL_DISCOUNT = 0.01
+
+
+def reliability(model: LeafGaussians, score: np.ndarray) -> np.ndarray:
+    """``r_l(x) = exp(-delta min(s_l, tau) / tau - max(0, s_l - tau) / lambda)`` of leaf typicality
+    scores ``s_l >= 0`` (module docstring; `leaf_typicality`), same shape as ``score``,
+    in [0, 1] (0 only where the exponential underflows, far off the training data), ``>= 1 - delta``
+    up to ``tau``, strictly decreasing in ``s_l`` (constant 1 up to ``tau`` when ``tau = 0``)."""
+    tau, width = model.reliability
+    return reliability_curve(score, float(tau), float(width), TYPICAL_DISCOUNT)
+
+
+def source_reliability(tree: FuzzyTree, model: LeafGaussians, phi0: np.ndarray,
+                       score: np.ndarray) -> np.ndarray:
+    """Reliability of every node as an evidence source, shape (n, n_nodes), in [0, 1].
+
+    A leaf's is `reliability` of its own typicality score; an internal node's is the ``phi0``-weighted mean
+    of the reliabilities of the leaves below it (its firing with the gates off is the sum of
+    theirs), i.e. how typical the input is of the region the node covers, at the leaves'
+    resolution; 1 where none of them fires.
+
+    Parameters
+    ----------
+    tree : FuzzyTree
+    model : LeafGaussians
+    phi0 : ndarray of shape (n, n_nodes)
+        Ungated firing of every node.
+    score : ndarray of shape (n, L)
+        Leaf typicality scores (`leaf_typicality`).
+    """
+    n = phi0.shape[0]
+    num = np.zeros((n, tree.n_nodes))
+    den = np.zeros((n, tree.n_nodes))
+    num[:, model.leaves] = phi0[:, model.leaves] * reliability(model, score)
+    den[:, model.leaves] = phi0[:, model.leaves]
+    for o in range(tree.n_nodes - 1, 0, -1):  # children after parents: accumulate bottom-up
+        num[:, tree.parent[o]] += num[:, o]
+        den[:, tree.parent[o]] += den[:, o]
+    out = np.ones((n, tree.n_nodes))
+    np.divide(num, den, out=out, where=den > 0)
+    return np.clip(out, 0.0, 1.0)
+
+
+def leaf_typicality(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firing,
+                    leaf_nll: np.ndarray | None = None) -> np.ndarray:
+    """Typicality ``s_l(x) = nll_l(x) / d + R_l(x) / 2`` of every leaf an input reaches (beyond the
+    paper; drives the per-source evidence discount): the leaf Gaussian's NLL
+    (`ferl.novelty.leaf_gaussians`) and the paper's residual along the leaf's path
+    (`ferl.novelty.free_gaussians.path_residual`), i.e. the leaf's part of the ``"nll"`` score (the
+    reliability's quantiles and ``delta`` were measured with it).
+
+    Parameters
+    ----------
+    tree, leaves : a fitted tree with free-feature Gaussians, and its leaf Gaussians
+    X : ndarray of shape (n_samples, n_features), float64, finite
+    firing : ferl.tree.firing.Firing
+        The sparse firings of ``X`` (the ungated ``phi0`` is read).
+    leaf_nll : ndarray of shape (n_samples, n_leaves) or None
+        ``nll_l(x)`` when already computed (`Novelty.leaf_nll`).
+
+    Returns
+    -------
+    ndarray of shape (n_samples, n_leaves), float64 >= 0
+        ``s_l(x)`` where ``phi0_l(x) > 0``, else 0.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    if leaf_nll is None:
+        leaf_nll = leaf_totals(leaves, standardise(X, leaves.center, leaves.scale), firing, want_nll=True)[1]
+    residual = path_residual(X, firing.start, firing.count, firing.rows, firing.phi0, leaves.leaves,
+                             tree.parent, *free_gaussians(tree), Z_MAX)
+    return leaf_nll / X.shape[1] + residual / 2

@@ -1,6 +1,15 @@
-"""Free-feature Gaussians of paper eq. 3: per node, a firing-weighted Gaussian of every feature off
-the node's root-to-node path, with a variance floor; and the fit-time check that keeps every
-novelty score finite on any feature scale. Read by `ferl.novelty.scores`, which re-exports these names.
+"""The paper's free-feature Gaussians (eq. 3): per node, a firing-weighted Gaussian of every feature
+off the node's root-to-node path, with a variance floor; the fit-time check that keeps every
+novelty score finite on any feature scale; and the residual along each leaf's path, at inference
+and cross-fitted on the training rows (numba).
+
+**The path residual** (beyond the paper: the second term of the leaf typicality that drives the
+per-source evidence discount, `ferl.novelty.discount.leaf_typicality`). For leaf ``l`` and input
+``x``, ``R_l(x)`` is the mean over the nodes ``o`` of ``l``'s root-to-leaf path that have a free
+feature of ``r_o(x) = mean_{f free at o} z_of(x)^2``, ``z_of`` the standardised distance to the
+node's free-feature Gaussian (variance floor ``VAR_FLOOR`` times the root's). It is the residual
+``R`` of `ferl.novelty.scores` restricted to one rule: for an input that reaches one leaf crisply,
+``R_l(x) = R(x)``.
 """
 
 from __future__ import annotations
@@ -8,11 +17,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ferl.novelty.cross_fit import walk_path
+from ferl.novelty.linalg import Z_MAX
 from ferl.tree.firing import Firing
 from ferl.tree.fuzzy_tree import FuzzyTree
 
-__all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians", "free_gaussians",
-           "weighted_moments"]
+__all__ = ["MIN_VARIANCE", "VAR_FLOOR", "check_variances", "fit_free_gaussians",
+           "free_gaussians", "free_scores", "path_residual", "residual_totals", "routing_loss",
+           "standardisation", "weighted_moments"]
 
 #: Variance floor of the free-feature Gaussians, as a fraction of the feature's training variance
 #: (a feature constant over the whole training set uses 1 instead of its variance): a feature
@@ -61,6 +73,44 @@ def weighted_moments(X, sw, shift, unit, total):
     return mean, np.sqrt(acc / total)
 
 
+def standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The leaf Gaussians' standardisation (beyond the paper): the weighted mean and standard
+    deviation of every feature, computed without overflow or underflow.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_features), float64, finite
+    sw : ndarray of shape (n_samples,), float64 >= 0, some > 0
+        Rows of weight 0 are not read.
+
+    Returns
+    -------
+    center, scale : ndarray of shape (n_features,), float64, finite; ``scale > 0`` (1 for a
+        constant feature)
+
+    Raises
+    ------
+    ValueError
+        A feature whose spread is positive but below float64's smallest normal number (the message
+        names it).
+    """
+    rows = (sw > 0)[:, None]  # the range of the positive-weight rows, without copying them
+    lo = X.min(axis=0, where=rows, initial=np.inf)
+    hi = X.max(axis=0, where=rows, initial=-np.inf)
+    mid = lo / 2 + hi / 2
+    half = hi / 2 - lo / 2
+    unit = np.where(half > 0, half, 1.0)
+    # moments of V = (X - mid) / unit, in [-1, 1] on the rows of positive weight, without a copy
+    m, sd = weighted_moments(np.ascontiguousarray(X, dtype=np.float64), sw, mid, unit, sw.sum())
+    tiny = np.finfo(np.float64).tiny
+    bad = (half > 0) & ((half < tiny) | (sd * unit < tiny) | (sd == 0))
+    if bad.any():
+        raise ValueError(
+            f"feature(s) {np.flatnonzero(bad).tolist()[:10]} vary by less than float64 can standardise "
+            f"(spread below {tiny:.3g}); rescale X (e.g. standardise it) before fitting")
+    return mid + unit * m, np.where(half > 0, sd * unit, 1.0)
+
+
 @njit(cache=True)
 def _node_sums(start, count, rows, phi0, sw, X, center, scale):
     """Per node, the weighted count, sum and sum of squares of the standardised ``(X - center) /
@@ -84,8 +134,8 @@ def _node_sums(start, count, rows, phi0, sw, X, center, scale):
     return s0, s1, s2
 
 
-def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray,
-                       firing: Firing | None = None) -> FuzzyTree:
+def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray, firing: Firing,
+                       path: np.ndarray) -> FuzzyTree:
     """Fit the per-node free-feature Gaussians of paper eq. 3 and store them in ``tree``.
 
     The weights ``w_i phi_o(x_i)`` (sample weight times training firing, gates off: equal to the
@@ -101,9 +151,10 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
     X : ndarray of shape (n_samples, n_features), float64, finite
         The training inputs.
     sample_weight : ndarray of shape (n_samples,), float64, >= 0
-    firing : Firing, optional
-        The sparse firing of ``X`` (its ungated ``phi0`` is read), when the caller has it already;
-        computed otherwise.
+    firing : Firing
+        The ungated sparse firing of ``X`` (its ``phi0`` is read).
+    path : ndarray of shape (n_nodes, n_features), bool
+        The features tested on each node's path (`FuzzyTree.path_mask`).
 
     Returns
     -------
@@ -111,10 +162,8 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
         ``tree``, with ``free_mean`` and ``free_var`` of shape (n_nodes, n_features), float64
         (infinite or NaN where a variance overflows: `check_variances` rejects those).
     """
-    n, d = X.shape
+    d = X.shape[1]
     sw = np.asarray(sample_weight, dtype=np.float64)
-    if firing is None:
-        firing = tree.sparse_firing(X, False, np.ones(tree.n_nodes))
     X = np.ascontiguousarray(X, dtype=np.float64)
     # the mean as an offset from the heaviest row: a row holding all but 1e-150 of the weight
     # sits exactly at the centre, not at the mean's rounding error (which outweighs the spread)
@@ -127,7 +176,6 @@ def fit_free_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
         total = np.where(s0 > 0, s0, 1.0)[:, None]
         mean_z = s1 / total
         var_z = np.maximum(s2 / total - mean_z**2, 0.0)
-        path = tree.path_mask(d)
         tree.free_mean = np.where(path, np.nan, center + scale * mean_z)
         tree.free_var = np.where(path, np.nan, scale**2 * var_z)
     return tree
@@ -173,3 +221,157 @@ def _inverse_sd(tree: FuzzyTree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np
     var = np.maximum(np.where(free, tree.free_var, 1.0), floor)
     inv_sd = np.where(free, 1.0 / np.sqrt(var), 0.0)
     return np.where(free, tree.free_mean, 0.0), inv_sd, free, free.sum(axis=1).astype(np.int64)
+
+
+@njit(cache=True)
+def path_residual(X, start, count, rows, phi0, leaves, parent, mean, inv_sd, free, n_free, z_max):
+    """``R_l(x_i)`` of every leaf ``l`` (column ``j`` for node ``leaves[j]``) that row ``i`` reaches
+    with a positive ungated firing ``phi0`` (sparse firings, `ferl.tree.firing.Firing`); 0 elsewhere.
+
+    ``mean``, ``inv_sd`` (n_nodes, d): the free-feature Gaussians with their floored inverse
+    standard deviations, ``free`` (n_nodes, d) bool, ``n_free`` (n_nodes,) (`ferl.novelty.scores`).
+    Returns an ndarray of shape (n, L), float64 >= 0, finite for finite ``X``.
+    """
+    out = np.zeros((X.shape[0], leaves.shape[0]))
+    for j in range(leaves.shape[0]):
+        o = leaves[j]
+        for e in range(start[o], start[o] + count[o]):
+            if phi0[e] > 0.0:
+                i = rows[e]
+                out[i, j] = walk_path(X[i], o, parent, mean, inv_sd, free, n_free, z_max)
+    return out
+
+
+#: Floating-point freedoms of the residual's kernel: reassociating each (row, node) pair's sum of
+#: squared distances lets it run in SIMD lanes (round-off only; no finite-math assumption).
+_SUM_FREEDOMS = {"reassoc", "nsz", "contract"}
+
+
+@njit(cache=True, fastmath=_SUM_FREEDOMS, inline="always")
+def _z2(x, mu, inv_sd):
+    z = min(abs((x - mu) * inv_sd), Z_MAX)
+    return z * z
+
+
+@njit(cache=True, fastmath=_SUM_FREEDOMS, inline="always")
+def _add(num, den, i, p, acc, m):
+    if p > 0.0:
+        num[i] += p * acc / m
+        den[i] += p
+
+
+@njit(cache=True, fastmath=_SUM_FREEDOMS)
+def residual_totals(X, start, count, rows, phi0, lost, feature, n_free, mean, inv_sd, residual):
+    """Routing loss (n,) and, when ``residual``, ``R`` (n,) (else zeros) of sparse firings.
+
+    ``mean[o]``, ``inv_sd[o]`` (n_nodes, d) are node ``o``'s free-feature Gaussian with 0 at its
+    path features (`free_gaussians`), so summing over all ``d`` features adds exact zeros for the
+    path ones: a dense loop the compiler vectorises, where gathering the free
+    features one by one was bound by the latency of its additions (``R`` moves by round-off
+    only). A node's entries are taken four at a time, sharing the node's loads and summing side
+    by side. Timings at 10^5 rows: docs/results/speed.md.
+    """
+    n, d = X.shape
+    loss = np.zeros(n)
+    num = np.zeros(n)
+    den = np.zeros(n)
+    for o in range(start.shape[0]):
+        s, k = start[o], count[o]
+        if feature[o] >= 0:
+            for e in range(s, s + k):
+                if lost[e] > 0.0:
+                    loss[rows[e]] += lost[e]
+        m = n_free[o]
+        if not residual or m == 0:
+            continue
+        tail = s + k - k % 4
+        for e in range(s, tail, 4):
+            i0, i1, i2, i3 = rows[e], rows[e + 1], rows[e + 2], rows[e + 3]
+            a0 = a1 = a2 = a3 = 0.0
+            for f in range(d):
+                mu, sd = mean[o, f], inv_sd[o, f]
+                a0 += _z2(X[i0, f], mu, sd)
+                a1 += _z2(X[i1, f], mu, sd)
+                a2 += _z2(X[i2, f], mu, sd)
+                a3 += _z2(X[i3, f], mu, sd)
+            _add(num, den, i0, phi0[e], a0, m)
+            _add(num, den, i1, phi0[e + 1], a1, m)
+            _add(num, den, i2, phi0[e + 2], a2, m)
+            _add(num, den, i3, phi0[e + 3], a3, m)
+        for e in range(tail, s + k):
+            i = rows[e]
+            acc = 0.0
+            for f in range(d):
+                acc += _z2(X[i, f], mean[o, f], inv_sd[o, f])
+            _add(num, den, i, phi0[e], acc, m)
+    for i in range(n):
+        if den[i] > 0.0:
+            num[i] /= den[i]
+    return loss, num
+
+
+@njit(cache=True)
+def free_scores(X, start, count, rows, phi0, mean, inv_sd, free, n_free, shallow):
+    """Firing-weighted free-feature scores over all nodes (see `Novelty`).
+
+    The firings are sparse (`ferl.tree.firing.sparse_firing`): node ``o`` is reached by the samples
+    ``rows[start[o]:start[o] + count[o]]`` with ungated firings ``phi0``; nodes are taken in index
+    order. Returns ``anomaly`` (n, d): per feature, the ``phi0``-weighted mean of ``z_of^2`` over
+    the nodes where ``f`` is free; ``share`` (n, d): feature ``f``'s part of the residual,
+    ``sum_o phi0_o z_of^2 / n_free_o / sum_o phi0_o`` over nodes with a free feature (rows sum to
+    the residual); ``naming`` (n, d): the same over the nodes where ``shallow`` is True only.
+    ``|z|`` is clipped to `Z_MAX`, so all three are finite for finite inputs.
+    """
+    n, d = X.shape
+    anomaly = np.zeros((n, d))
+    share = np.zeros((n, d))
+    naming = np.zeros((n, d))
+    weight = np.zeros((n, d))
+    node_weight = np.zeros(n)
+    shallow_weight = np.zeros(n)
+    for o in range(start.shape[0]):
+        if n_free[o] == 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            i = rows[e]
+            p = phi0[e]
+            if p <= 0.0:
+                continue
+            for f in range(d):
+                if free[o, f]:
+                    z = min(abs((X[i, f] - mean[o, f]) * inv_sd[o, f]), Z_MAX)
+                    z2 = z * z
+                    anomaly[i, f] += p * z2
+                    share[i, f] += p * z2 / n_free[o]
+                    if shallow[o]:
+                        naming[i, f] += p * z2 / n_free[o]
+                    weight[i, f] += p
+            node_weight[i] += p
+            if shallow[o]:
+                shallow_weight[i] += p
+    for i in range(n):
+        for f in range(d):
+            if weight[i, f] > 0.0:
+                anomaly[i, f] /= weight[i, f]
+            if node_weight[i] > 0.0:
+                share[i, f] /= node_weight[i]
+            if shallow_weight[i] > 0.0:
+                naming[i, f] /= shallow_weight[i]
+    return anomaly, share, naming
+
+
+@njit(cache=True)
+def routing_loss(start, count, rows, lost, feature, n, d):
+    """The routing mass lost at the gates (appendix eq. 8) of sparse firings (``start``, ``count``,
+    ``rows``, ``lost``, `ferl.tree.firing.Firing`) of ``n`` inputs: summed by split feature (n, d) and
+    in total (n,), float64 >= 0, nodes in index order."""
+    loss = np.zeros((n, d))
+    total = np.zeros(n)
+    for o in range(start.shape[0]):
+        if feature[o] < 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            if lost[e] > 0.0:
+                loss[rows[e], feature[o]] += lost[e]
+                total[rows[e]] += lost[e]
+    return loss, total

@@ -1,28 +1,54 @@
-"""Compiled fit of the leaf Gaussians (`ferl.novelty.typicality`): the pooled within-leaf covariance, each
-leaf's moments with their fold-out versions shrunk to it, and the cross-fitted leaf NLLs (numba).
+"""Compiled fit of the leaf Gaussians (`ferl.novelty.leaf_gaussians`): each leaf's moments with their
+fold-out versions shrunk to the pooled within-leaf covariance, and the cross-fitted leaf NLLs
+(numba; beyond the paper), with full covariances (`fit_kernel`) or, on inputs wider than the
+training rows, diagonal ones (`diagonal_fit_kernel`).
 
 Compiled passes replaced a per-node loop of numpy calls whose Python overhead dominated small trees
-(the same values up to round-off; timings in docs/results/speed.md). Per leaf and fold the sums are taken
-on rows centred at the leaf's mean, so a fold-out moment costs no pass over the rows
-(`ferl.novelty.fold_moments`); memory beyond the outputs is one set of moments and the pooled
+(the same values up to round-off; timings in docs/results/speed.md). Per leaf and fold the sums are
+taken on rows centred at the leaf's mean, so a fold-out moment costs no pass over the rows
+(`ferl.novelty.cross_fit`); memory beyond the outputs is one set of moments and the pooled
 covariances.
 
-A leaf below ``SUPPORT d`` (`ferl.novelty.typicality`) gets its mean and variances only (the diagonal of
-its second moments) and the pooled correlations; its fold-out NLLs scale the row by the leaf's own
-standard deviations and solve with the Cholesky factor of the pooled correlations, factorised once
-per fold for all such leaves; that keeps the fit on a CUB-shaped set (``python scripts/bench_scale.py
---sections cub``: 6,000 rows, 112 concepts, 200 classes) within its fit-time target
-(docs/results/speed.md).
+A leaf below ``SUPPORT d`` (`ferl.novelty.leaf_gaussians`) gets its mean and variances only (the
+diagonal of its second moments) and the pooled correlations; its fold-out NLLs scale the row by the
+leaf's own standard deviations and solve with the Cholesky factor of the pooled correlations,
+factorised once per fold for all such leaves; that keeps the fit on a CUB-shaped set (``python
+scripts/bench_scale.py --sections cub``: 6,000 rows, 112 concepts, 200 classes) within its fit-time
+target (docs/results/speed.md).
 
 A leaf's rows of one fold are solved `SOLVE_BLOCK` at a time (`_forward_sums`), each with the
 operations of a solve of its own, so the NLLs are the same floats as row by row, in a fraction of
 the time: a single row's substitution waits on its chain of subtractions, a block's runs in SIMD
 lanes across its rows (docs/results/speed.md).
 
+Why the pooled covariance rather than the parent's (each node shrunk to its parent along the
+tree, small leaves borrowing their nearest supported ancestor's correlations): along the tree's
+chain a small leaf is fitted to the mixture of classes above it, while the pooled covariance is the
+within-class spread every leaf shares; it ranked held-out classes better on the synthetic open
+world and CUB-50 and slightly worse on KEEL. ``SUPPORT`` keeps the fit within its fit-time target
+on many classes (docs/results/speed.md), at a small cost in ranking on KEEL. Chosen by measurement
+(``scripts/bench_openworld_novelty.py``, ``scripts/bench_novelty_tabular.py``):
+docs/results/novelty.md, "The leaf Gaussians".
+
 ``SUPPORT = KAPPA / 2`` was chosen when the shrinkage target was the parent's covariance, against
 ``KAPPA`` and no ``SUPPORT``, with a refit on another bootstrap seed as the noise: the ``nll``
 AUROCs on CUB-50, the synthetic open world and 10 KEEL sets stayed within a refit's noise, at a
 fraction of the factorisations (figures in docs/results/novelty.md, "The leaf Gaussians").
+
+**Diagonal leaf Gaussians.** With fewer training rows of positive weight than features (``n < d``:
+bag-of-words, embeddings, a handful of labelled rows) the pooled within-leaf scatter has rank below
+``d``: the correlations are the ridge's, not the data's, yet they cost ``d x d`` memory per
+covariance and ``d^3`` time (the ZCA whitening's eigendecomposition, the cross-fit's Choleskys),
+so that a fit on two rows grew with the cube of the width (docs/results/speed.md, *Wide inputs*).
+There every leaf keeps the same shrunk *variances* as the full model (its own, shrunk to the pooled
+within-leaf variances with ``a_l = n_l / (n_l + KAPPA d)``, plus ``RIDGE``) and no correlations:
+``Sigma_l`` is diagonal, its ZCA-cor whitening ``V^{-1/2}``, its log-det shared out exactly as
+``t_lf / 2`` (``log R = 0``). Fit, model and read-out are then linear in ``d`` at fixed ``n``
+(``python scripts/bench_wide.py``, docs/results/speed.md). The rule (`diagonal_leaves`) depends on
+the data's shape only, so every fit with at least as many rows as features is unchanged, bit for
+bit. `diagonal_fit_kernel` returns what `fit_kernel` returns, with covariances as their diagonals
+(L, d), and the cross-fitted NLLs in the same order (leaves depth first, a leaf's rows in firing
+order), so the reliability and the path residual pair up as in the full model.
 """
 
 from __future__ import annotations
@@ -30,132 +56,22 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ferl.novelty.fold_moments import fold_moments, fold_out, fold_totals, leaf_weight, moment_buffers
+from ferl.novelty.cross_fit import (
+    depth_first,
+    diagonal_fold_moments,
+    fold_moments,
+    fold_out,
+    fold_totals,
+    leaf_weight,
+    moment_buffers,
+    pooled_covariance,
+)
+from ferl.novelty.linalg import cholesky, correlation
 
-__all__ = ["SOLVE_BLOCK", "depth_first", "fit_kernel"]
+__all__ = ["SOLVE_BLOCK", "diagonal_fit_kernel", "diagonal_leaves", "fit_kernel"]
 
 #: Rows of a leaf and fold whose cross-fitted NLLs are solved together (`_forward_sums`).
 SOLVE_BLOCK = 32
-
-
-@njit(cache=True)
-def depth_first(feature, left, right):
-    """The nodes in depth-first order, left child first (pre-order: a parent before its subtree),
-    int64 array of shape (n_nodes,); ``feature < 0`` marks a leaf. The order of the cross-fitted
-    values of `fit_kernel` and of ``ferl.novelty.leaf_paths.cross_fitted_path_residual``."""
-    n_nodes = feature.shape[0]
-    order = np.empty(n_nodes, dtype=np.int64)
-    stack = np.empty(n_nodes, dtype=np.int64)
-    stack[0] = 0
-    top = 1
-    m = 0
-    while top > 0:
-        top -= 1
-        o = stack[top]
-        order[m] = o
-        m += 1
-        if feature[o] >= 0:
-            stack[top] = right[o]
-            stack[top + 1] = left[o]
-            top += 2
-    return order[:m]
-
-
-@njit(cache=True)
-def _cholesky(A, floor):
-    """Lower Cholesky factor of ``A = S + floor I`` (LAPACK). Where rounding left ``A`` indefinite
-    (fold-out moments cancel when the sample weights span some 1e150; a fold-out covariance near
-    1e80 hides the ridge below its rounding), the factor of ``A + s I`` with the smallest shift
-    ``s = 4 d eps max_f A_ff 10^j`` that LAPACK accepts: ``s`` is at the rounding level of ``A``,
-    and the factor's pivots stay above ``sqrt(s)``. (Flooring each pivot at ``floor`` instead grew
-    the factor without bound: 1e267 from entries of 1e79, and the NLLs overflowed.) Where no shift
-    up to ``1e40 s`` does, i.e. ``A`` is not finite, the factor with every pivot floored at ``floor``."""
-    try:
-        return np.linalg.cholesky(A)
-    except Exception:  # numba cannot name LinAlgError
-        pass
-    d = A.shape[0]
-    top = floor
-    for f in range(d):
-        top = max(top, A[f, f])
-    shift = 4.0 * d * np.finfo(np.float64).eps * top
-    B = A.copy()
-    for _ in range(40):
-        for f in range(d):
-            B[f, f] = A[f, f] + shift
-        try:
-            return np.linalg.cholesky(B)
-        except Exception:
-            shift *= 10.0
-    L = np.zeros_like(A)
-    for f in range(d):
-        for g in range(f + 1):
-            acc = A[f, g]
-            for h in range(g):
-                acc -= L[f, h] * L[g, h]
-            L[f, g] = np.sqrt(max(acc, floor)) if g == f else acc / L[g, g]
-    return L
-
-
-@njit(cache=True)
-def _correlation(C, ridge, out):
-    """The correlations of ``C + ridge I`` into ``out``; returns the smallest pivot its Cholesky
-    factor can have (``ridge / max_f (C_ff + ridge)``, its smallest eigenvalue's lower bound)."""
-    d = C.shape[0]
-    inv = np.empty(d)
-    top = 0.0
-    for f in range(d):
-        top = max(top, C[f, f] + ridge)
-        inv[f] = 1.0 / np.sqrt(C[f, f] + ridge)
-    for f in range(d):
-        out[f, f] = 1.0
-        for g in range(f):
-            out[f, g] = out[g, f] = C[f, g] * inv[f] * inv[g]
-    return ridge / top
-
-
-@njit(cache=True)
-def _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds):
-    """The pooled within-leaf covariance on all rows (index 0) and without each fold (``1 + k``),
-    shape (n_folds + 1, d, d), symmetric: every leaf's weighted scatter about its own mean, summed,
-    over the summed soft counts; the identity where no leaf has weight."""
-    d = U.shape[1]
-    K1 = n_folds + 1
-    P = np.zeros((K1, d, d))
-    N = np.zeros(K1)
-    node_count, node_mean, s1, s2, t1, t2, o1, o2 = moment_buffers(n_folds, d)
-    shift = np.empty(d)
-    for o in range(feature.shape[0]):
-        if feature[o] >= 0:
-            continue
-        entries = np.arange(start[o], start[o] + count[o])
-        s0 = fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, True)
-        total = node_count[0]
-        if total <= 0.0:
-            continue
-        fold_totals(s1, s2, True, t1, t2)
-        N[0] += total
-        for f in range(d):
-            for g in range(f + 1):
-                P[0, f, g] += t2[f, g]
-        for k in range(n_folds):  # the scatter about the fold-out mean: minus out0 shift shift'
-            out0 = fold_out(s0, s1, s2, t1, t2, total, k, True, o1, o2)
-            if out0 <= 0.0:
-                continue
-            N[1 + k] += out0
-            for f in range(d):
-                shift[f] = o1[f] / out0
-            for f in range(d):
-                for g in range(f + 1):
-                    P[1 + k, f, g] += o2[f, g] - out0 * shift[f] * shift[g]
-    for k in range(K1):
-        for f in range(d):
-            for g in range(f + 1):
-                v = P[k, f, g] / N[k] if N[k] > 0.0 else (1.0 if f == g else 0.0)
-                if g == f:
-                    v = max(v, 0.0)  # rounding (weights spanning 1e300) cannot make it negative
-                P[k, f, g] = P[k, g, f] = v
-    return P
 
 
 @njit(cache=True)
@@ -183,7 +99,7 @@ def _forward_sums(L, Z, V, norm, nb):
 def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, leaf_index, kappa_d,
                support_d, ridge, fold, n_folds):
     """Leaf means and covariances (ridge included) and the cross-fitted leaf NLLs of the training rows,
-    in one compiled depth-first pass over the nodes (`ferl.novelty.typicality._fit_nodes` documents the
+    in one compiled depth-first pass over the nodes (`ferl.novelty.leaf_gaussians._fit_nodes` documents the
     model).
 
     Parameters
@@ -231,15 +147,15 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
             n_leaves += 1
             n_values += count[o]
     K1 = n_folds + 1
-    pooled = _pooled(U, sw, start, count, rows, phi0, feature, fold, n_folds)
+    pooled = pooled_covariance(U, sw, start, count, rows, phi0, feature, fold, n_folds)
     # the small leaves' correlations: the pooled ones (ridge added); per fold, their Cholesky factor
     A = np.empty((d, d))
     corr = np.empty((d, d))
-    _correlation(pooled[0], ridge, corr)
+    correlation(pooled[0], ridge, corr)
     shared = np.empty((n_folds, d, d))
     shared_half = np.zeros(n_folds)
     for k in range(n_folds):
-        shared[k] = _cholesky(A, _correlation(pooled[1 + k], ridge, A))
+        shared[k] = cholesky(A, correlation(pooled[1 + k], ridge, A))
         for f in range(d):
             shared_half[k] += np.log(shared[k, f, f])
     # per depth, the mean of the node on the current path, on all rows (index 0) and without each
@@ -329,7 +245,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
                 A[:] = full[1 + k]
                 for f in range(d):
                     A[f, f] += ridge
-                L = _cholesky(A, ridge)
+                L = cholesky(A, ridge)
                 acc = 0.0
                 for f in range(d):
                     acc += np.log(L[f, f])
@@ -354,3 +270,118 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
             q = pairs[i]
             term[rows[q]] += phi0[q] * values[m0 + i]
     return leaf_mean, leaf_cov, values[:m], weights[:m], term
+
+
+def diagonal_leaves(sample_weight: np.ndarray, n_features: int) -> bool:
+    """Whether the leaf Gaussians are diagonal: fewer training rows of positive weight than features."""
+    return int(np.count_nonzero(np.asarray(sample_weight) > 0)) < n_features
+
+
+@njit(cache=True)
+def _moments(s0, s1, s2, total, k, o1, o2):
+    """Slot ``k`` of the moments: 0 all rows, ``1 + j`` without fold ``j``. Into ``o1`` the sum of the
+    centred rows less the node's mean (0 for all rows), into ``o2`` the sums of squares; returns the
+    weight. Where fold ``j`` holds more than half the weight the other folds are added up instead of
+    subtracted from the totals, whose difference would cancel to rounding noise (as
+    `ferl.novelty.cross_fit.fold_out`)."""
+    j = k - 1
+    if j >= 0 and s0[j] <= 0.5 * total:
+        o1[:] = s1.sum(axis=0) - s1[j]
+        o2[:] = s2.sum(axis=0) - s2[j]
+        return total - s0[j]
+    o1[:] = 0.0
+    o2[:] = 0.0
+    weight = 0.0
+    for i in range(s0.shape[0]):
+        if i != j:
+            o1 += s1[i]
+            o2 += s2[i]
+            weight += s0[i]
+    if j < 0:  # all rows: centred at their own mean, weighed as they were summed
+        o1[:] = 0.0
+        return total
+    return weight
+
+
+@njit(cache=True)
+def diagonal_fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, leaf_index, kappa_d,
+                        ridge, fold, n_folds):
+    """Leaf means, diagonal covariances (ridge included) and the cross-fitted leaf NLLs.
+
+    Parameters and returns as `ferl.novelty.leaf_fit.fit_kernel` (without ``support_d``: no leaf has
+    correlations), except ``cov`` of shape (L, d): the variances.
+    """
+    n, d = U.shape
+    n_nodes = feature.shape[0]
+    K1 = n_folds + 1
+    depth = np.zeros(n_nodes, dtype=np.int64)
+    for o in range(1, n_nodes):
+        depth[o] = depth[parent[o]] + 1
+    s1, s2 = np.empty((n_folds, d)), np.empty((n_folds, d))
+    o1, o2, node_mean = np.empty(d), np.empty(d), np.empty(d)
+    # the pooled within-leaf variances on all rows (0) and without each fold (1 + k)
+    pooled = np.zeros((K1, d))
+    weight = np.zeros(K1)
+    n_leaves, n_values = 0, 0
+    for o in range(n_nodes):
+        if feature[o] >= 0:
+            continue
+        n_leaves += 1
+        n_values += count[o]
+        entries = np.arange(start[o], start[o] + count[o])
+        s0, total = diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_mean, s1, s2)
+        if total <= 0.0:
+            continue
+        for k in range(K1):
+            cnt = _moments(s0, s1, s2, total, k, o1, o2)
+            if cnt > 0.0:  # the scatter about the fold-out mean
+                weight[k] += cnt
+                pooled[k] += o2 - o1 * o1 / cnt
+    for k in range(K1):
+        if weight[k] > 0.0:
+            pooled[k] = np.maximum(pooled[k] / weight[k], 0.0)
+        else:  # no leaf has weight: unit variances
+            pooled[k] = 1.0
+    bm = np.zeros((depth.max() + 2, K1, d))  # per depth, the mean of the node on the current path
+    var = np.empty((K1, d))
+    leaf_mean, leaf_var = np.empty((n_leaves, d)), np.empty((n_leaves, d))
+    values, weights, term = np.empty(n_values), np.empty(n_values), np.zeros(n)
+    m = 0
+    log_ridge = 0.5 * d * np.log(ridge)
+    for o in depth_first(feature, left, right):
+        t = depth[o] + 1
+        leaf = feature[o] < 0
+        entries = np.arange(start[o], start[o] + count[o])
+        s0, total = diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_mean, s1, s2)
+        for k in range(K1):
+            cnt = _moments(s0, s1, s2, total, k, o1, o2) if total > 0.0 else 0.0
+            if cnt <= 0.0:  # no weight: the parent's mean and the pooled variances
+                bm[t, k] = bm[t - 1, k]
+                var[k] = pooled[k]
+                continue
+            shift = o1 / cnt  # the fold-out mean minus the node's mean
+            bm[t, k] = node_mean + shift
+            a = cnt / (cnt + kappa_d)
+            var[k] = np.maximum(a * (o2 / cnt - shift * shift) + (1.0 - a) * pooled[k], 0.0)
+        if not leaf:
+            continue
+        j = leaf_index[o]
+        leaf_mean[j] = bm[t, 0]
+        leaf_var[j] = var[0] + ridge
+        for q in entries:  # out-of-fold NLL of every row of positive weight
+            r = rows[q]
+            w = phi0[q] * sw[r]
+            if w <= 0.0:
+                continue
+            k = 1 + fold[r]
+            acc, half = 0.0, -log_ridge
+            for f in range(d):
+                s = np.sqrt(var[k, f] + ridge)
+                v = (U[r, f] - bm[t, k, f]) / s
+                acc += v * v
+                half += np.log(s)
+            values[m] = 0.5 * acc + max(half, 0.0)
+            weights[m] = w
+            term[r] += phi0[q] * values[m]
+            m += 1
+    return leaf_mean, leaf_var, values[:m], weights[:m], term

@@ -1,7 +1,7 @@
 """Rule prototypes: how far an input lies from the typical input of its nearest rule (beyond the paper).
 
 Every leaf (rule) ``l`` that holds at least `MIN_SUPPORT` training rows (soft count, ungated
-firing) is a *prototype*: its leaf Gaussian's mean ``mu_l`` (`ferl.novelty.typicality`, the
+firing) is a *prototype*: its leaf Gaussian's mean ``mu_l`` (`ferl.novelty.leaf_gaussians`, the
 firing-weighted training mean in standardised units ``u = (x - center) / scale``). The
 **prototype distance** of an input is the L1 distance to the nearest prototype in units of each
 feature's training range ``r_f`` (`RulePrototypes.unit`, `feature_ranges`),
@@ -20,7 +20,7 @@ held-out classes better, as on CUB-50, at a small loss on the synthetic world.
 
 **The ``"typical"`` score** combines it with the leaf Gaussians' ``"leaf"`` score
 (`ferl.novelty.scores`) by Fisher's method: each is turned into the negative log of its upper tail
-probability among the in-sample scores of (up to `REFERENCE_ROWS`) training rows,
+probability among the in-sample scores of (up to `ferl.novelty.scores.REFERENCE_ROWS`) training rows,
 ``t(s) = -log((1 + #{ref >= s}) / (m + 1))``, and ``typical = t_leaf + t_D`` (nats, ``>= 0``). The
 two scores fail on different data: the leaf Gaussians on near-binary concepts whose within-leaf
 variances are tiny, the prototypes on small continuous data sets whose leaves hold a handful of
@@ -52,19 +52,17 @@ import numpy as np
 from numba import njit
 
 from ferl.novelty.discount import fit_discount
-from ferl.novelty.tail_nats import tail_nats
-from ferl.novelty.typicality import LeafGaussians, standardise
+from ferl.novelty.leaf_gaussians import LeafGaussians
+from ferl.novelty.linalg import standardise
+from ferl.novelty.ood_score import kind_score, typical_score, typical_tails
 from ferl.tree.firing import Firing
 
-__all__ = ["MIN_SUPPORT", "REFERENCE_ROWS", "PROTOTYPE_KINDS", "RulePrototypes", "fit_rule_prototypes",
-           "fit_prototype_support", "feature_ranges", "nearest_prototype", "prototype_distance",
-           "prototype_kind", "prototype_terms", "prototype_feature_scores", "tail_nats", "reference_rows"]
+__all__ = ["MIN_SUPPORT", "PROTOTYPE_KINDS", "RulePrototypes", "fit_rule_prototypes", "fit_prototype_support",
+           "feature_ranges", "nearest_prototype", "prototype_distance", "prototype_kind", "prototype_terms",
+           "prototype_feature_scores"]
 
 #: Soft count of training rows (ungated firing) a leaf needs to be a prototype.
 MIN_SUPPORT = 5.0
-#: At most this many training rows (evenly spaced over the rows of positive weight) give the
-#: reference scores of ``"typical"``.
-REFERENCE_ROWS = 4096
 #: Standardised inputs are clipped to this for the float32 search of the nearest prototype.
 F32_MAX = 1e30
 #: The OOD kinds this module computes.
@@ -78,7 +76,7 @@ class RulePrototypes:
     Attributes
     ----------
     index : ndarray of shape (k,), int64
-        Rows of `ferl.novelty.typicality.LeafGaussians.mean` (leaf positions, increasing) that are
+        Rows of `ferl.novelty.leaf_gaussians.LeafGaussians.mean` (leaf positions, increasing) that are
         prototypes; ``k >= 1`` (the best-supported leaf when none reaches `MIN_SUPPORT`).
     reference : ndarray of shape (2, m), float64, finite, each row sorted
         In-sample ``"leaf"`` scores and prototype distances of the reference training rows.
@@ -99,36 +97,45 @@ class RulePrototypes:
     SAVED_FIELDS = ("index", "reference", "discount", "unit")
 
 
-def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, X: np.ndarray, sample_weight: np.ndarray,
-                        feature_range: np.ndarray, leaf_score) -> RulePrototypes:
-    """The prototypes and reference scores of a fitted tree (module docstring).
+def fit_rule_prototypes(leaves: LeafGaussians, fired: Firing, sample_weight: np.ndarray, ends: np.ndarray,
+                        U: np.ndarray, lost: np.ndarray, term: np.ndarray,
+                        crossfit_term: np.ndarray) -> RulePrototypes:
+    """The prototypes, the reference scores and the evidence discount of a fitted tree (module
+    docstring), from the reference training rows (`ferl.novelty.scores.reference_rows`).
+
+    The reference rows are read as the model reads new inputs (their gated firing): their
+    in-sample ``"leaf"`` score (`ferl.novelty.ood_score.kind_score`) from the routing mass they lose
+    and their leaf term ``T``, and the cross-fitted one, that score with its ``T / d`` swapped for
+    the cross-fitted one.
 
     Parameters
     ----------
     leaves : LeafGaussians
     fired : Firing
-        Sparse training firings of ``X``.
-    X : ndarray of shape (n_samples, n_features), float64, finite
-        The training inputs.
+        Sparse training firings.
     sample_weight : ndarray of shape (n_samples,), float64 >= 0, some > 0
-    feature_range : ndarray of shape (n_features, 2), float64
-        Each feature's minimum and maximum over the rows of positive weight (the fitted model's
-        ``feature_range_``).
-    leaf_score : callable
-        ``leaf_score(rows)``: the fitted model's in-sample and cross-fitted ``"leaf"`` OOD scores
-        of the training rows ``X[rows]`` (two arrays of shape (len(rows),)).
+    ends : ndarray of shape (2, n_features), float64
+        Each feature's minimum and maximum over the rows of positive weight, standardised
+        (`ferl.novelty.linalg.standardise`).
+    U : ndarray of shape (m, n_features), float64
+        The reference rows, standardised.
+    lost, term, crossfit_term : ndarray of shape (m,), float64 >= 0
+        The reference rows' routing mass lost to the gates (eq. 8), leaf term ``T`` and cross-fitted
+        leaf term (`ferl.novelty.leaf_gaussians.fit_leaf_gaussians`).
 
     Returns
     -------
     RulePrototypes
     """
     index = fit_prototype_support(leaves, fired, sample_weight)
-    unit = feature_ranges(leaves, feature_range)
-    rows = reference_rows(sample_weight)
-    in_sample, cross_fitted = leaf_score(rows)
-    distance = nearest_prototype(X[rows], leaves, index, unit)[0]
+    unit = _unit(*ends)
+    distance = _total(_parts(U / unit, leaves, index, unit)[0])
+    d = U.shape[1]
+    in_sample = kind_score("leaf", lost, np.zeros(lost.size), term, d)
+    cross_fitted = np.maximum(in_sample + (crossfit_term - term) / d, 0.0)
     reference = np.sort(np.stack([in_sample, distance]), axis=1)
-    return RulePrototypes(index, reference, fit_discount(_typical(reference, cross_fitted, distance)), unit)
+    typical = typical_score(reference, cross_fitted, distance)
+    return RulePrototypes(index, reference, fit_discount(typical), unit)
 
 
 def feature_ranges(leaves: LeafGaussians, feature_range: np.ndarray) -> np.ndarray:
@@ -137,7 +144,7 @@ def feature_ranges(leaves: LeafGaussians, feature_range: np.ndarray) -> np.ndarr
     Parameters
     ----------
     leaves : LeafGaussians
-        Its ``center`` and ``scale`` standardise the range (`ferl.novelty.typicality.standardise`).
+        Its ``center`` and ``scale`` standardise the range (`ferl.novelty.linalg.standardise`).
     feature_range : ndarray of shape (n_features, 2), float64
         Each feature's minimum and maximum over the training rows of positive weight
         (`ferl.FERLClassifier.feature_range_`).
@@ -149,7 +156,11 @@ def feature_ranges(leaves: LeafGaussians, feature_range: np.ndarray) -> np.ndarr
         deviation is at most half the range; finite as the standardised rows are clipped); 1 for a
         constant feature.
     """
-    low, high = standardise(np.asarray(feature_range).T, leaves.center, leaves.scale)  # monotone
+    return _unit(*standardise(np.asarray(feature_range).T, leaves.center, leaves.scale))
+
+
+def _unit(low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """``high - low`` of the standardised range ends (standardising is monotone), 1 where they tie."""
     return np.where(high > low, high - low, 1.0)
 
 
@@ -249,19 +260,24 @@ def prototype_distance(X: np.ndarray, leaves: LeafGaussians, prototypes: np.ndar
     -------
     parts : ndarray of shape (n_samples, n_features), float64 >= 0, finite
         ``|u_f - mu_lf| / unit_f`` at the nearest prototype ``l``, in training ranges (the
-        standardised inputs clipped as in `ferl.novelty.typicality.standardise`); rows sum to ``D``.
+        standardised inputs clipped as in `ferl.novelty.linalg.standardise`); rows sum to ``D``.
     nearest : ndarray of shape (n_samples,), int64
         Position into ``prototypes`` of the nearest one (the first on ties).
     """
+    U = standardise(X, leaves.center, leaves.scale)
+    return _parts(np.divide(U, unit, out=U), leaves, prototypes, unit)
+
+
+def _parts(V: np.ndarray, leaves: LeafGaussians, prototypes: np.ndarray,
+           unit: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`prototype_distance` of inputs ``V`` standardised and divided by ``unit``."""
     centres = np.ascontiguousarray(leaves.mean[prototypes] / unit)
     size = np.abs(centres)
     # float32 copies clipped like the inputs (a mean past float32's range would be inf there)
     reach = float(size.sum(axis=1).max()) if size.max() <= F32_MAX else np.inf
     centres_t = np.ascontiguousarray(np.clip(centres.T, -F32_MAX, F32_MAX), dtype=np.float32)
-    parts = np.empty(X.shape)
-    U = standardise(X, leaves.center, leaves.scale)
-    nearest = _nearest(np.divide(U, unit, out=U), centres_t, centres, reach, parts)
-    return parts, nearest
+    parts = np.empty(V.shape)
+    return parts, _nearest(V, centres_t, centres, reach, parts)
 
 
 def nearest_prototype(X: np.ndarray, leaves: LeafGaussians, prototypes: np.ndarray,
@@ -269,15 +285,12 @@ def nearest_prototype(X: np.ndarray, leaves: LeafGaussians, prototypes: np.ndarr
     """Prototype distance ``D(x)``, ndarray (n_samples,) float64 >= 0 finite, and the nearest
     prototype of each input (`prototype_distance`)."""
     parts, nearest = prototype_distance(X, leaves, prototypes, unit)
-    return np.minimum(parts.sum(axis=1), np.finfo(np.float64).max), nearest
+    return _total(parts), nearest
 
 
-def reference_rows(sample_weight: np.ndarray) -> np.ndarray:
-    """At most `REFERENCE_ROWS` rows of positive weight, evenly spaced (deterministic)."""
-    rows = np.flatnonzero(np.asarray(sample_weight) > 0)
-    if rows.size <= REFERENCE_ROWS:
-        return rows
-    return rows[np.linspace(0, rows.size - 1, REFERENCE_ROWS).round().astype(np.int64)]
+def _total(parts: np.ndarray) -> np.ndarray:
+    """The prototype distance ``D`` (n,), finite, from its per-feature parts (n, d)."""
+    return np.minimum(parts.sum(axis=1), np.finfo(np.float64).max)
 
 
 def prototype_kind(kind: str, X: np.ndarray, leaves: LeafGaussians, prototypes: RulePrototypes,
@@ -301,7 +314,7 @@ def prototype_kind(kind: str, X: np.ndarray, leaves: LeafGaussians, prototypes: 
     distance = nearest_prototype(X, leaves, prototypes.index, prototypes.unit)[0]
     if kind == "prototype":
         return distance
-    return _typical(prototypes.reference, leaf_score, distance)
+    return typical_score(prototypes.reference, leaf_score, distance)
 
 
 def prototype_terms(X: np.ndarray, leaves: LeafGaussians, prototypes: RulePrototypes,
@@ -316,19 +329,7 @@ def prototype_terms(X: np.ndarray, leaves: LeafGaussians, prototypes: RuleProtot
         ``(t_leaf, t_D)``: `tail_nats` of ``leaf_score`` and of ``D(x)``.
     """
     parts = prototype_distance(X, leaves, prototypes.index, prototypes.unit)[0]
-    return parts, _tails(prototypes.reference, leaf_score, parts.sum(axis=1))
-
-
-def _typical(reference: np.ndarray, leaf_score: np.ndarray, distance: np.ndarray) -> np.ndarray:
-    """``t_leaf + t_D`` (n,), finite (`_tails`)."""
-    return np.minimum(_tails(reference, leaf_score, distance).sum(axis=1), np.finfo(np.float64).max)
-
-
-def _tails(reference: np.ndarray, leaf_score: np.ndarray, distance: np.ndarray) -> np.ndarray:
-    """``(t_leaf, t_D)`` (n, 2): `tail_nats` of the leaf scores and of the prototype distances
-    against the two rows of ``reference`` (`RulePrototypes.reference`)."""
-    leaf_ref, distance_ref = reference
-    return np.stack([tail_nats(leaf_ref, leaf_score), tail_nats(distance_ref, distance)], axis=1)
+    return parts, typical_tails(prototypes.reference, leaf_score, parts.sum(axis=1))
 
 
 def prototype_feature_scores(kind: str, leaf_parts: np.ndarray, parts: np.ndarray,

@@ -1,7 +1,9 @@
-"""Novelty of a fitted fuzzy tree: routing-mass loss, node Gaussians, OOD scores, attributes.
+"""Novelty of a grown fuzzy tree: its models fitted in one pass (`fit_novelty`), and read out with
+every signal split over the features (`analyse`): routing-mass loss, node Gaussians, OOD scores,
+attributes.
 
 Paper section 3.1 "Bounded-Support Memberships", eq. 3 and appendix A.2 (eq. 8), extended beyond the
-paper by the leaf Gaussians of `ferl.novelty.typicality`. Three signals:
+paper by the leaf Gaussians of `ferl.novelty.leaf_gaussians`. Three signals:
 
 * **Geometric novelty.** The bounded-support gates (`ferl.tree.fuzzy_tree.support_gate`) cut the firing of an
   input that leaves the range a node observed in training. The mass lost at internal node ``o`` is
@@ -12,7 +14,7 @@ paper by the leaf Gaussians of `ferl.novelty.typicality`. Three signals:
   weighted by its training firings. ``z_of(x)^2 = (x_f - mu_of)^2 / sigma_of^2`` tells how atypical
   feature ``f`` is where the tree was not looking (`feature_anomaly`, `residual`).
 * **Near-OOD, leaf Gaussians (``leaf`` and ``nll``, beyond the paper).** Every leaf's
-  full-covariance Gaussian over all features (`ferl.novelty.typicality`): ``T(x) = sum_l phi0_l(x)
+  full-covariance Gaussian over all features (`ferl.novelty.leaf_gaussians`): ``T(x) = sum_l phi0_l(x)
   nll_l(x)``, the leaf negative log-likelihood averaged over the rules the input reaches: it sees
   correlations (broken while every feature stays in range) that the diagonal residual cannot.
 
@@ -35,6 +37,18 @@ CUB-50 and the same on the synthetic world (``python scripts/study_typical.py --
 ``nll`` (``T / d + R / 2``) was weighed the same way; scaling the two terms by their cross-fitted
 spreads, or a Gaussian mixture over the leaves, did no better. Figures: docs/results/novelty.md
 ("The ``leaf`` score and the paper's residual").
+**The fit** (`fit_novelty`) hands the training rows from model to model, in the order the data
+flows (the read-out follows the same order, `ferl.readout.batch`)::
+
+    training rows, weights, ungated firing
+      -> the reference rows (`reference_rows`), read as new inputs are    ferl.tree (gated firing)
+      -> free-feature Gaussians of eq. 3, checked; the standardisation;   ferl.novelty.free_gaussians
+         the routing mass the reference rows lose
+      -> leaf Gaussians on the standardised rows: moments, cross-fitted   ferl.novelty.leaf_gaussians
+         NLLs and path residual, reliability, cross-fitted leaf terms     (leaf_fit, cross_fit, linalg)
+      -> the reference rows' in-sample leaf term                          ferl.novelty.leaf_gaussians
+      -> rule prototypes, the reference rows' distances, their "leaf"     ferl.novelty.prototypes
+         and "typical" scores and the discount's (tau, lambda)            (ood_score, discount)
 """
 
 from __future__ import annotations
@@ -43,52 +57,39 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from ferl.novelty.free_gaussians import (
-    MIN_VARIANCE,
-    VAR_FLOOR,
     check_variances,
     fit_free_gaussians,
     free_gaussians,
+    free_scores,
+    routing_loss,
+    standardisation,
 )
-from ferl.novelty.kinds import OOD_KINDS, SCORE_KINDS
-from ferl.novelty.prototypes import PROTOTYPE_KINDS, RulePrototypes, prototype_feature_scores, prototype_terms
-from ferl.novelty.typicality import Z_MAX, LeafGaussians, leaf_terms, standardise
+from ferl.novelty.leaf_gaussians import LeafGaussians, fit_leaf_gaussians, leaf_terms, leaf_totals
+from ferl.novelty.linalg import standardise
+from ferl.novelty.ood_score import FIRING_EPS, LEAF_TERM_KINDS, OOD_KINDS, RESIDUAL_WEIGHT, SCORE_KINDS
+from ferl.novelty.prototypes import (
+    PROTOTYPE_KINDS,
+    RulePrototypes,
+    fit_rule_prototypes,
+    prototype_feature_scores,
+    prototype_terms,
+)
 from ferl.tree.firing import Firing
 from ferl.tree.fuzzy_tree import FuzzyTree
 
-__all__ = [
-    "VAR_FLOOR",
-    "MIN_VARIANCE",
-    "FIRING_EPS",
-    "NAMING_DEPTH",
-    "LEAF_RESIDUAL",
-    "LEAF_TERM_KINDS",
-    "RESIDUAL_WEIGHT",
-    "AnomalousFeature",
-    "Novelty",
-    "check_variances",
-    "fit_free_gaussians",
-    "analyse",
-    "free_gaussians",
-]
+__all__ = ["DECOMPOSED_KINDS", "NAMING_DEPTH", "REFERENCE_ROWS", "AnomalousFeature", "Novelty", "analyse",
+           "fit_novelty", "reference_rows"]
 
-#: ``epsilon`` of the ``-log(epsilon + firing)`` term (bounds it by ``log(1/epsilon)``).
-FIRING_EPS = 1e-3
 #: Depth of the deepest nodes whose free-feature scores apportion the leaf term of the ``"nll"``
 #: score over the features (`Novelty.feature_scores`: how it was chosen).
 NAMING_DEPTH = 2
+#: At most this many training rows (evenly spaced over the rows of positive weight) give the
+#: reference scores of ``"typical"``.
+REFERENCE_ROWS = 4096
 #: Kinds whose score `Novelty.feature_scores` splits over the features.
 DECOMPOSED_KINDS = ("typical", "leaf", "nll", "combined", "residual", "prototype")
-#: Weight of the free-feature residual ``R`` in the ``"leaf"`` score (module docstring: how chosen).
-LEAF_RESIDUAL = 0.0
-#: Weight of the residual ``R`` in each kind that holds it.
-RESIDUAL_WEIGHT = {"leaf": LEAF_RESIDUAL, "nll": 0.5, "combined": 0.5, "residual": 1.0}
-#: Kinds that hold the leaf Gaussians' term ``T / d``.
-LEAF_TERM_KINDS = ("leaf", "nll")
-
-
 class AnomalousFeature(NamedTuple):
     """One ranked attribute of one sample (see `Novelty.ranked`).
 
@@ -104,7 +105,7 @@ class AnomalousFeature(NamedTuple):
     routing_loss : float
         Firing mass lost at the feature's gates, in [0, 1] (eq. 8).
     deviation : float
-        Leaf-Gaussian deviation ``sum_l phi0_l w_lf^2 / 2`` (whitened, `ferl.novelty.typicality`), nats.
+        Leaf-Gaussian deviation ``sum_l phi0_l w_lf^2 / 2`` (whitened, `ferl.novelty.leaf_gaussians`), nats.
     anomaly : float
         Free-feature score: firing-weighted mean squared standardised distance (eq. 3).
     """
@@ -115,71 +116,6 @@ class AnomalousFeature(NamedTuple):
     routing_loss: float
     deviation: float
     anomaly: float
-
-
-@njit(cache=True)
-def _free_scores(X, start, count, rows, phi0, mean, inv_sd, free, n_free, shallow):
-    """Firing-weighted free-feature scores over all nodes (see `Novelty`).
-
-    The firings are sparse (`ferl.tree.firing.sparse_firing`): node ``o`` is reached by the samples
-    ``rows[start[o]:start[o] + count[o]]`` with ungated firings ``phi0``; nodes are taken in index
-    order. Returns ``anomaly`` (n, d): per feature, the ``phi0``-weighted mean of ``z_of^2`` over
-    the nodes where ``f`` is free; ``share`` (n, d): feature ``f``'s part of the residual,
-    ``sum_o phi0_o z_of^2 / n_free_o / sum_o phi0_o`` over nodes with a free feature (rows sum to
-    the residual); ``naming`` (n, d): the same over the nodes where ``shallow`` is True only.
-    ``|z|`` is clipped to `Z_MAX`, so all three are finite for finite inputs.
-    """
-    n, d = X.shape
-    anomaly = np.zeros((n, d))
-    share = np.zeros((n, d))
-    naming = np.zeros((n, d))
-    weight = np.zeros((n, d))
-    node_weight = np.zeros(n)
-    shallow_weight = np.zeros(n)
-    for o in range(start.shape[0]):
-        if n_free[o] == 0:
-            continue
-        for e in range(start[o], start[o] + count[o]):
-            i = rows[e]
-            p = phi0[e]
-            if p <= 0.0:
-                continue
-            for f in range(d):
-                if free[o, f]:
-                    z = min(abs((X[i, f] - mean[o, f]) * inv_sd[o, f]), Z_MAX)
-                    z2 = z * z
-                    anomaly[i, f] += p * z2
-                    share[i, f] += p * z2 / n_free[o]
-                    if shallow[o]:
-                        naming[i, f] += p * z2 / n_free[o]
-                    weight[i, f] += p
-            node_weight[i] += p
-            if shallow[o]:
-                shallow_weight[i] += p
-    for i in range(n):
-        for f in range(d):
-            if weight[i, f] > 0.0:
-                anomaly[i, f] /= weight[i, f]
-            if node_weight[i] > 0.0:
-                share[i, f] /= node_weight[i]
-            if shallow_weight[i] > 0.0:
-                naming[i, f] /= shallow_weight[i]
-    return anomaly, share, naming
-
-
-@njit(cache=True)
-def _routing_loss(start, count, rows, lost, feature, n, d):
-    """Gate losses summed by split feature (n, d) and in total (n,), from sparse firings."""
-    loss = np.zeros((n, d))
-    total = np.zeros(n)
-    for o in range(start.shape[0]):
-        if feature[o] < 0:
-            continue
-        for e in range(start[o], start[o] + count[o]):
-            if lost[e] > 0.0:
-                loss[rows[e], feature[o]] += lost[e]
-                total[rows[e]] += lost[e]
-    return loss, total
 
 
 @dataclass(frozen=True)
@@ -205,7 +141,7 @@ class Novelty:
         most data). It only apportions the leaf term of ``"nll"`` over the features
         (`feature_scores`); no score uses its total.
     deviation, spread : ndarray of shape (n_samples, n_features), float64 >= 0
-        The two per-feature halves of the leaf Gaussians' ``T(x)`` (`ferl.novelty.typicality.leaf_terms`):
+        The two per-feature halves of the leaf Gaussians' ``T(x)`` (`ferl.novelty.leaf_gaussians.leaf_terms`):
         whitened squared deviation and share of the log-determinant, nats.
     firing : ndarray of shape (n_samples,), float64 in [0, 1]
         Total leaf firing ``sum_l phi_l(x)`` with the gates as configured, computed through eq. 8 as
@@ -240,7 +176,7 @@ class Novelty:
     def score(self, kind: str = "typical", ignorance: np.ndarray | None = None) -> np.ndarray:
         """OOD score of kind ``kind``, shape (n_samples,); higher means more novel.
 
-        Every kind of `ferl.novelty.kinds.SCORE_KINDS` but ``"energy"`` (the learned weights'): the
+        Every kind of `ferl.novelty.ood_score.SCORE_KINDS` but ``"energy"`` (the learned weights'): the
         product's ``"typical"`` and ``"ignorance"`` and the ablation kinds.
 
         * ``"typical"`` (default): ``t_leaf + t_D`` (`ferl.novelty.prototypes`); ``"prototype"``: ``D(x)``.
@@ -360,7 +296,7 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
     tree : FuzzyTree
         A fitted tree with free-feature Gaussians (`fit_free_gaussians`).
     leaves : LeafGaussians
-        The tree's leaf Gaussians (`ferl.novelty.typicality.fit_leaf_gaussians`).
+        The tree's leaf Gaussians (`ferl.novelty.leaf_gaussians.fit_leaf_gaussians`).
     X : ndarray of shape (n_samples, n_features), float64, finite
     firing : ferl.tree.firing.Firing
         The sparse firings of ``X`` (`FuzzyTree.sparse_firing`), gates as configured: the routing
@@ -385,9 +321,9 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
     mean, inv_sd, free, n_free = free_gaussians(tree)
     n = firing.n_samples
     X = np.ascontiguousarray(X, dtype=np.float64)
-    loss, lost = _routing_loss(firing.start, firing.count, firing.rows, firing.lost, tree.feature, n, d)
+    loss, lost = routing_loss(firing.start, firing.count, firing.rows, firing.lost, tree.feature, n, d)
     shallow = np.asarray(tree.depth) <= NAMING_DEPTH
-    anomaly, share, naming = _free_scores(X, firing.start, firing.count, firing.rows, firing.phi0, mean,
+    anomaly, share, naming = free_scores(X, firing.start, firing.count, firing.rows, firing.phi0, mean,
                                           inv_sd, free, n_free, shallow)
     phi0 = firing.dense(firing.phi0)[:, leaves.leaves]
     deviation, spread, leaf_nll = leaf_terms(leaves, standardise(X, leaves.center, leaves.scale), phi0)
@@ -397,3 +333,63 @@ def analyse(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, firing: Firin
         return novelty
     parts, tails = prototype_terms(X, leaves, prototypes, novelty.score("leaf"))
     return replace(novelty, prototype=parts, tails=tails)
+
+
+def reference_rows(sample_weight: np.ndarray) -> np.ndarray:
+    """At most `REFERENCE_ROWS` rows of positive weight, evenly spaced (deterministic)."""
+    rows = np.flatnonzero(np.asarray(sample_weight) > 0)
+    if rows.size <= REFERENCE_ROWS:
+        return rows
+    return rows[np.linspace(0, rows.size - 1, REFERENCE_ROWS).round().astype(np.int64)]
+
+
+def fit_novelty(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray, fired: Firing,
+                feature_range: np.ndarray, feature_names, gates: bool,
+                margin: np.ndarray) -> tuple[LeafGaussians, RulePrototypes]:
+    """Fit every novelty model of a grown tree, in the order of the module docstring ("The fit").
+
+    Parameters
+    ----------
+    tree : FuzzyTree
+        The grown, finalised tree; its free-feature Gaussians (eq. 3) are set in place.
+    X : ndarray of shape (n_samples, n_features), float64, finite
+        The training inputs.
+    sample_weight : ndarray of shape (n_samples,), float64 >= 0, some > 0
+    fired : Firing
+        The ungated sparse training firing of ``X`` (`FuzzyTree.training_firing`).
+    feature_range : ndarray of shape (n_features, 2), float64
+        Each feature's minimum and maximum over the rows of positive weight.
+    feature_names : sequence of str of length n_features
+        For the message of a variance float64 cannot hold.
+    gates, margin : bool and ndarray of shape (n_nodes,), float64
+        The read-out's bounded-support gates and their margins (`FuzzyTree.margins`): the reference
+        rows are read as new inputs are.
+
+    Returns
+    -------
+    LeafGaussians, RulePrototypes
+
+    Raises
+    ------
+    ValueError
+        A feature whose variance float64 cannot hold (`ferl.novelty.free_gaussians.check_variances`)
+        or whose spread is too small to standardise (`ferl.novelty.free_gaussians.standardisation`).
+    """
+    sw = np.asarray(sample_weight, dtype=np.float64)
+    n_features = X.shape[1]
+    rows = reference_rows(sw)
+    path = tree.path_mask(n_features)
+    read = tree.sparse_firing(X[rows], gates, margin)  # its ungated phi0 is that of an ungated read
+    with np.errstate(over="ignore", invalid="ignore"):
+        fit_free_gaussians(tree, X, sw, fired, path)
+    check_variances(tree, feature_range, feature_names)
+    center, scale = standardisation(X, sw)
+    lost = routing_loss(read.start, read.count, read.rows, read.lost, tree.feature, rows.size, n_features)[1]
+    # the standardised rows as a temporary: released inside before the leaf reliability's quantiles
+    leaves, crossfit_term = fit_leaf_gaussians(tree, standardise(X, center, scale), center, scale, sw, fired,
+                                               ~path)
+    reference = standardise(X[rows], center, scale)
+    ends = standardise(np.asarray(feature_range).T, center, scale)
+    term = leaf_totals(leaves, reference, read)[0]
+    prototypes = fit_rule_prototypes(leaves, fired, sw, ends, reference, lost, term, crossfit_term[rows])
+    return leaves, prototypes

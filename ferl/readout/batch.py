@@ -9,7 +9,7 @@ per-feature split) that the call asks for, and the chunks' outputs are concatena
 ``"typical"`` novelty discount the combined evidence is discounted by the reliability of the
 input's ``"typical"`` score (`ferl.novelty.discount`); with the ``"rules"`` one the evidence
 combines the firings discounted by each source's reliability (`ferl.evidence.discount`,
-`ferl.novelty.reliability.source_reliability`), from the leaf typicality scores of the same pass.
+`ferl.novelty.discount.source_reliability`), from the leaf typicality scores of the same pass.
 """
 
 from __future__ import annotations
@@ -21,14 +21,11 @@ import numpy as np
 
 from ferl.evidence.algebra import Evidence, combine_sparse, discount, discount_evidence
 from ferl.evidence.weights import EvidenceWeights, evidence_energy, evidence_from_weights, rule_sources
-from ferl.novelty.discount import point_reliability, typical_reliability
-from ferl.novelty.joint import joint_score
-from ferl.novelty.kinds import SCORE_KINDS
-from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
+from ferl.novelty.discount import leaf_typicality, point_reliability, source_reliability, typical_reliability
+from ferl.novelty.leaf_gaussians import LeafGaussians
+from ferl.novelty.ood_score import SCORE_KINDS, TOTAL_KINDS, joint_score, score_totals
 from ferl.novelty.prototypes import RulePrototypes, prototype_kind
-from ferl.novelty.reliability import leaf_typicality, source_reliability
 from ferl.novelty.scores import Novelty, analyse
-from ferl.novelty.typicality import LeafGaussians
 from ferl.tree.firing import Firing, Scratch
 from ferl.tree.fuzzy_tree import FuzzyTree
 
@@ -110,7 +107,7 @@ def discounted(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, fired: Fir
     Firing
         ``fired`` with ``phi`` replaced by ``r_o(x) phi_o(x)``.
     ndarray of shape (n_samples, n_nodes), float64 in [0, 1]
-        The reliabilities ``r_o(x)`` (`ferl.novelty.reliability.source_reliability`).
+        The reliabilities ``r_o(x)`` (`ferl.novelty.discount.source_reliability`).
     """
     phi0 = fired.dense(fired.phi0)
     score = leaf_typicality(tree, leaves, X, fired, leaf_nll)
@@ -134,7 +131,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     tree : FuzzyTree
         A fitted tree (with free-feature Gaussians when ``novelty`` or ``score``).
     leaves : LeafGaussians
-        Its leaf Gaussians (`ferl.novelty.typicality`).
+        Its leaf Gaussians (`ferl.novelty.leaf_gaussians`).
     X : ndarray of shape (n_samples, n_features), float64, finite
     gates : bool
         Apply the bounded-support gates.
@@ -153,10 +150,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         evidence bit for bit.
     score : str or None
         The kind of OOD score to compute, the product's or an ablation's
-        (`ferl.novelty.kinds.SCORE_KINDS`): ``"ignorance"`` is the
+        (`ferl.novelty.ood_score.SCORE_KINDS`): ``"ignorance"`` is the
         evidence's ``m(Theta)`` (computed whatever ``evidence`` says), ``"energy"`` the learned
         weights' energy (`ferl.evidence.weights.evidence_energy`; ValueError without ``weights``),
-        ``"joint"`` the standardised sum of ``"typical"`` and ``"energy"`` (`ferl.novelty.joint`;
+        ``"joint"`` the standardised sum of ``"typical"`` and ``"energy"`` (`ferl.novelty.ood_score`;
         ValueError without ``weights`` and ``reference``), the others come from
         `ferl.novelty.ood_score.score_totals` and, for ``"typical"`` and ``"prototype"``,
         `ferl.novelty.prototypes`; None for none.
@@ -167,10 +164,10 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
         evidence combines the weighted rules instead of the nodes' masses; None for the paper's.
     point : (kind, ndarray of shape (2,)) or None
         The discount's calibrated operating point (`ferl.novelty.discount.fit_operating_point`): the
-        kind of score it reads (a kind of `ferl.novelty.kinds.OOD_KINDS`) and ``(tau, width)``;
+        kind of score it reads (a kind of `ferl.novelty.ood_score.OOD_KINDS`) and ``(tau, width)``;
         needed by ``novelty_discount="point"``.
     reference : ndarray of shape (4,) or None
-        The ``"joint"`` score's held-out moments (`ferl.novelty.joint.fit_reference`).
+        The ``"joint"`` score's held-out moments (`ferl.novelty.ood_score.fit_reference`).
 
     Returns
     -------
@@ -179,7 +176,7 @@ def read_out(tree: FuzzyTree, leaves: LeafGaussians, X: np.ndarray, gates: bool,
     Raises
     ------
     ValueError
-        ``score`` neither None nor one of `ferl.novelty.kinds.SCORE_KINDS`, ``"energy"`` or
+        ``score`` neither None nor one of `ferl.novelty.ood_score.SCORE_KINDS`, ``"energy"`` or
         ``"joint"`` without what they need.
     """
     if score is not None and score not in SCORE_KINDS:

@@ -14,8 +14,7 @@ from ferl.evidence.conformal import coverage_set
 from ferl.evidence.robustness import weights_radius
 from ferl.evidence.weights import rule_sources
 from ferl.novelty.discount import check_abstain, discounting, fit_operating_point, point_reliability
-from ferl.novelty.joint import fit_reference, joint_score
-from ferl.novelty.kinds import SCORE_KINDS, check_kind, default_kind
+from ferl.novelty.ood_score import SCORE_KINDS, check_kind, default_kind, fit_reference, joint_score
 from ferl.novelty.scores import AnomalousFeature, Novelty
 from ferl.readout.batch import CredalReadout, Readout, discounted, read_out
 from ferl.tree import certificate
@@ -26,7 +25,7 @@ __all__ = ["ReadoutMixin", "read_score"]
 def read_score(model, X, kind: str) -> np.ndarray:
     """The OOD score of any kind the read-out computes, for the product's kinds and the ablations'.
 
-    `FERLClassifier.ood_score` reads the product's kinds (`ferl.novelty.kinds.OOD_KINDS`) through
+    `FERLClassifier.ood_score` reads the product's kinds (`ferl.novelty.ood_score.OOD_KINDS`) through
     it, `ferl.benchmarks.ood_kinds.ablation_score` the ablation kinds.
 
     Parameters
@@ -35,7 +34,7 @@ def read_score(model, X, kind: str) -> np.ndarray:
         A fitted model.
     X : array-like of shape (n_samples, n_features_in_)
     kind : str
-        One of `ferl.novelty.kinds.SCORE_KINDS`.
+        One of `ferl.novelty.ood_score.SCORE_KINDS`.
 
     Returns
     -------
@@ -45,7 +44,7 @@ def read_score(model, X, kind: str) -> np.ndarray:
     Raises
     ------
     ValueError
-        ``kind`` not one of `ferl.novelty.kinds.SCORE_KINDS` (None would mean "no score" to
+        ``kind`` not one of `ferl.novelty.ood_score.SCORE_KINDS` (None would mean "no score" to
         `ferl.readout.batch.read_out`), ``"energy"`` for the tree's evidence, or bad ``X``.
     """
     if not isinstance(kind, str) or kind not in SCORE_KINDS:
@@ -168,8 +167,8 @@ class ReadoutMixin:
         ``joint`` score's reference and the novelty discount's operating point.
 
         1. With learned weights of evidence, the ``typical`` and ``energy`` scores of ``X`` give the
-           moments that standardise them in the ``joint`` score (`ferl.novelty.joint`), which
-           becomes the model's own kind (`ferl.novelty.kinds.default_kind`); stored as
+           moments that standardise them in the ``joint`` score (`ferl.novelty.ood_score`), which
+           becomes the model's own kind (`ferl.novelty.ood_score.default_kind`); stored as
            ``novelty_reference_`` (float64 (4,)).
         2. The novelty discount (``novelty_discount=True``) then reads the model's own kind and
            falls steeply past the point where at most ``abstain`` of ``X`` abstain
@@ -202,7 +201,7 @@ class ReadoutMixin:
         ------
         ValueError
             Bad ``X`` or fewer than two rows, ``abstain`` not a number in [0, 1), a ``coverage``
-            that `predict_set` refuses, held-out scores without spread (`ferl.novelty.joint`).
+            that `predict_set` refuses, held-out scores without spread (`ferl.novelty.ood_score`).
 
         Warns
         -----
@@ -268,7 +267,7 @@ class ReadoutMixin:
         ----------
         X : array-like of shape (n_samples, n_features_in_)
         kind : {"typical", "joint", "energy"} or None, default=None
-            The OOD score's kind, one of `ferl.novelty.kinds.OOD_KINDS` (see `ood_score`); None:
+            The OOD score's kind, one of `ferl.novelty.ood_score.OOD_KINDS` (see `ood_score`); None:
             the model's own, `ferl.novelty.default_kind`.
         coverage : float in (0, 1) or None, default=None
             The credal set's target coverage, as in `predict_set`.
@@ -281,7 +280,7 @@ class ReadoutMixin:
         Raises
         ------
         ValueError
-            A ``kind`` not of `ferl.novelty.kinds.OOD_KINDS` (an ablation kind's message names
+            A ``kind`` not of `ferl.novelty.ood_score.OOD_KINDS` (an ablation kind's message names
             `ferl.benchmarks.ood_kinds.ablation_score`), ``"energy"`` for the tree's evidence, NaN /
             inf in X, or a feature count other than ``n_features_in_``.
         """
@@ -365,7 +364,7 @@ class ReadoutMixin:
             ``evidence_weights="learned"`` only: ``-log sum_k exp(w_k(x))`` of the weights of
             evidence (`ferl.evidence.weights.evidence_energy`: little evidence for any class).
             ``"joint"``, for such a model after `calibrate_novelty`: ``"typical"`` and
-            ``"energy"`` standardised on the held-out inputs and summed (`ferl.novelty.joint`).
+            ``"energy"`` standardised on the held-out inputs and summed (`ferl.novelty.ood_score`).
             The other kinds the read-out computes (the paper's ignorance, residual and firing
             scores, the parts and predecessors of ``"typical"``) are ablations:
             `ferl.benchmarks.ood_kinds.ablation_score` reads them.
@@ -377,7 +376,7 @@ class ReadoutMixin:
         Raises
         ------
         ValueError
-            A ``kind`` not of `ferl.novelty.kinds.OOD_KINDS` (an ablation kind's message names
+            A ``kind`` not of `ferl.novelty.ood_score.OOD_KINDS` (an ablation kind's message names
             `ferl.benchmarks.ood_kinds.ablation_score`), ``"energy"`` or ``"joint"`` for the tree's
             evidence, ``"joint"`` before `calibrate_novelty`, NaN / inf in X, or a feature count
             other than ``n_features_in_``.

@@ -87,19 +87,24 @@ def _split_entries(xt_f, a, b, c, d, ramp, lo_o, hi_o, margin_o, gates, s, k, e,
 
 
 @njit(cache=True)
-def _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, count, rows, phi, phi0,
-           lost, e):
-    """Route nodes from ``o`` on, in index order, while their children's entries fit; returns
-    the next node and the next free entry. ``xt`` is the inputs, feature-major."""
+def _route(xt, feature, trap, left, right, lo, hi, margin, gates, start, count, rows, phi, phi0, lost, e):
+    """Route every node, in index order, from the entries ``0:e`` (the root's); where a node's
+    children's entries do not fit, the four buffers are grown first (by the entries per node seen
+    so far). Returns the buffers (the given ones or their replacements) and the entries used.
+    ``xt`` is the inputs, feature-major."""
     n_nodes = feature.shape[0]
     mu = np.empty(xt.shape[1])
     through = np.empty(xt.shape[1])
-    while o < n_nodes:
+    for o in range(n_nodes):
         k = count[o]
         f = feature[o]
         if f >= 0 and k > 0:
-            if rows.shape[0] - e < 2 * k + 2:
-                return o, e
+            if rows.shape[0] - e < 2 * k + 2:  # out of room
+                cap = 2 * e + 2 * k + 2 * n_nodes
+                rows = _grown(rows, e, cap)
+                phi = _grown(phi, e, cap)
+                phi0 = _grown(phi0, e, cap)
+                lost = _grown(lost, e, cap)
             a, b, c, d = trap[o, 0], trap[o, 1], trap[o, 2], trap[o, 3]
             ramp = is_ramp(a, b, c, d)
             n_left, n_right = _split_entries(xt[f], a, b, c, d, ramp, lo[o], hi[o], margin[o], gates,
@@ -110,8 +115,7 @@ def _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, coun
             start[right[o]] = e + n_left + 1
             count[right[o]] = n_right
             e += n_left + n_right + 1
-        o += 1
-    return o, e
+    return rows, phi, phi0, lost, e
 
 
 @njit(cache=True)
@@ -173,16 +177,8 @@ def sparse_firing(X, feature, trap, left, right, lo, hi, margin, gates, rows, ph
         lost[i] = 0.0
     count[0] = n
     xt = np.ascontiguousarray(X.T)  # a node reads one feature of its samples
-    o, e = _route(xt, feature, trap, left, right, lo, hi, margin, gates, 0, start, count, rows, phi,
-                  phi0, lost, n)
-    while o < n_nodes:  # out of room: grow by the entries per node seen so far, and go on
-        cap = 2 * e + 2 * count[o] + 2 * n_nodes
-        rows = _grown(rows, e, cap)
-        phi = _grown(phi, e, cap)
-        phi0 = _grown(phi0, e, cap)
-        lost = _grown(lost, e, cap)
-        o, e = _route(xt, feature, trap, left, right, lo, hi, margin, gates, o, start, count, rows,
-                      phi, phi0, lost, e)
+    rows, phi, phi0, lost, e = _route(xt, feature, trap, left, right, lo, hi, margin, gates, start, count,
+                                      rows, phi, phi0, lost, n)
     return start, count, rows, phi, phi0, lost, e
 
 

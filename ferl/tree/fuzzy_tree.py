@@ -50,9 +50,9 @@ class FuzzyTree:
     gain : ndarray of shape (n_nodes,), float64
         Gain of the split installed at the node (NaN at leaves).
     free_mean, free_var : ndarray of shape (n_nodes, n_features), float64, or None
-        Free-feature Gaussians of paper eq. 3 (`ferl.novelty.scores.fit_free_gaussians`): firing-weighted
-        mean and variance of every feature absent from the node's root-to-node path, NaN for path
-        features. None until fitted.
+        Free-feature Gaussians of paper eq. 3 (`ferl.novelty.free_gaussians.fit_free_gaussians`):
+        firing-weighted mean and variance of every feature absent from the node's root-to-node path,
+        NaN for path features. None until fitted.
     """
 
     n_classes: int
@@ -124,19 +124,32 @@ class FuzzyTree:
         """Boolean mask of shape (n_nodes,): True at leaves (rules)."""
         return np.asarray(self.feature) < 0
 
-    def margins(self, margin_factor: float, min_margin: np.ndarray) -> np.ndarray:
-        """Gate margin per node: ``margin_factor * (hi - lo)``, floored by the feature's ``min_margin``.
+    def margins(self, margin_factor: float, min_width: float, feature_range: np.ndarray) -> np.ndarray:
+        """Gate margin per node (section 3.1, appendix C.2): ``margin_factor * (hi - lo)``, floored by
+        ``min_width`` times the split feature's training range (and float64's smallest normal
+        number: a node whose observed range is a single value). Kept on the tree (`derived`).
 
         Parameters
         ----------
         margin_factor : float > 0
             Margin as a multiple of the node-local observed range (paper default 1.0).
-        min_margin : ndarray of shape (n_features,)
-            Lower bound per feature (guards a node whose observed range is a single value).
+        min_width : float > 0
+            The floor, as a fraction of the feature's training range.
+        feature_range : ndarray of shape (n_features, 2), float64
+            Each feature's training minimum and maximum.
+
+        Returns
+        -------
+        ndarray of shape (n_nodes,), float64 > 0
         """
-        feat = np.maximum(self.feature, 0)
-        width = np.nan_to_num(self.hi - self.lo, nan=0.0)
-        return np.maximum(margin_factor * width, min_margin[feat])
+        def compute():
+            span = feature_range[:, 1] - feature_range[:, 0]
+            min_margin = np.maximum(min_width * span, np.finfo(np.float64).tiny)
+            width = np.nan_to_num(self.hi - self.lo, nan=0.0)
+            return np.maximum(margin_factor * width, min_margin[np.maximum(self.feature, 0)])
+
+        inputs = (self.lo, self.hi, self.feature, feature_range, margin_factor, min_width)
+        return self.derived("margin", inputs, compute)
 
     def derived(self, name: str, inputs: tuple, compute):
         """``compute()``, kept on the tree while ``inputs`` are unchanged (arrays by identity,

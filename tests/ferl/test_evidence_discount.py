@@ -11,7 +11,7 @@ from ferl import FERLClassifier
 from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.evidence import Evidence, combine, discount_evidence, interval_dominance
 from ferl.novelty.discount import DISCOUNT_QUANTILES, DISCOUNT_SLOPE, fit_discount, reliability_curve
-from ferl.novelty.prototypes import reference_rows
+from ferl.novelty.scores import reference_rows
 
 N_CLASSES = 3
 probs = arrays(np.float64, (4, N_CLASSES), elements=st.floats(0.01, 1.0)).map(

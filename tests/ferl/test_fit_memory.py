@@ -11,8 +11,8 @@ from sklearn.datasets import make_classification
 
 from ferl import FERLClassifier
 from ferl._inputs import rescale_weights
+from ferl.novelty.free_gaussians import standardisation as _standardisation
 from ferl.novelty.free_gaussians import weighted_moments
-from ferl.novelty.typicality import _standardisation
 from ferl.rules import fires_alone
 from ferl.tree.builder import GrowthSettings, _feature_spread, _Grower, _multiplicities
 

@@ -1,5 +1,5 @@
-"""The linear-algebra helpers: BLAS on one thread (`ferl.novelty.blas`), shared whitenings
-(`ferl.novelty.zca`)."""
+"""The linear-algebra helpers: BLAS on one thread (`ferl.novelty.linalg`), shared whitenings
+(`ferl.novelty.linalg`)."""
 
 from contextlib import nullcontext
 from types import SimpleNamespace
@@ -7,17 +7,16 @@ from types import SimpleNamespace
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
-import ferl.novelty.blas as blas
-import ferl.novelty.typicality as typ
-from ferl.novelty.blas import one_blas_thread
-from ferl.novelty.typicality import RIDGE
-from ferl.novelty.zca import whitening
+import ferl.novelty.leaf_gaussians as leaf_gaussians
+import ferl.novelty.linalg as linalg
+from ferl.novelty.leaf_gaussians import RIDGE
+from ferl.novelty.linalg import one_blas_thread, whitening
 
 
 def blas_threads():
     """Thread counts of the BLAS libraries `one_blas_thread` controls: those loaded when it was first
     used (a library another package loads later, such as OpenCV's OpenBLAS, is not among them)."""
-    known = {lib.filepath for lib in blas._blas()}
+    known = {lib.filepath for lib in linalg._blas()}
     return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas" and i["filepath"] in known]
 
 
@@ -37,11 +36,11 @@ def test_overlapping_uses_in_several_threads_restore_the_pool(monkeypatch):
     (seen after 132 rounds of 16 read-outs in 4 threads)."""
     with threadpool_limits(2, user_api="blas"):  # a pool of several threads where BLAS allows it
         before = blas_threads()
-        libs = blas._blas()
+        libs = linalg._blas()
         saw = [SimpleNamespace(get_num_threads=lambda: 2) for _ in libs]
-        monkeypatch.setattr(blas, "_blas", lambda: saw)  # what both checks saw, before any limit
+        monkeypatch.setattr(linalg, "_blas", lambda: saw)  # what both checks saw, before any limit
         a, b = one_blas_thread(), one_blas_thread()
-        monkeypatch.setattr(blas, "_blas", lambda: libs)
+        monkeypatch.setattr(linalg, "_blas", lambda: libs)
         a.__enter__()
         b.__enter__()
         a.__exit__(None, None, None)
@@ -51,12 +50,13 @@ def test_overlapping_uses_in_several_threads_restore_the_pool(monkeypatch):
 
 
 def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypatch, wine_deep, wine):
-    """OpenBLAS's thread pool doubled the leaf Gaussians' CPU time (`ferl.novelty.blas`): their BLAS calls
+    """OpenBLAS's thread pool doubled the leaf Gaussians' CPU time (`ferl.novelty.linalg`): their BLAS calls
     run on one thread, and the pool's size is back afterwards."""
     before = blas_threads()
     seen = []
-    kernel = typ._leaf_kernel
-    monkeypatch.setattr(typ, "_leaf_kernel", lambda *a: (seen.append(blas_threads()), kernel(*a))[1])
+    kernel = leaf_gaussians._leaf_kernel
+    monkeypatch.setattr(leaf_gaussians, "_leaf_kernel",
+                        lambda *a: (seen.append(blas_threads()), kernel(*a))[1])
     wine_deep.anomalous_features(wine[1][:20])  # the per-feature split of the score (`leaf_terms`)
     assert seen and all(n == 1 for n in seen[0])
     with one_blas_thread():
@@ -65,7 +65,7 @@ def test_the_leaf_gaussians_run_blas_on_one_thread_and_restore_the_pool(monkeypa
 
 
 def test_the_whitening_of_shared_covariances_is_each_ones_own_bit_for_bit():
-    """Distinct covariances are decomposed once (`ferl.novelty.zca`); each leaf gets what a decomposition
+    """Distinct covariances are decomposed once (`ferl.novelty.linalg`); each leaf gets what a decomposition
     of its own matrix gives."""
     rng = np.random.default_rng(3)
     A = rng.normal(size=(3, 6, 9))

@@ -15,8 +15,9 @@ from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.benchmarks.ood import ferl_score
 from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.metrics import ood_auroc
-from ferl.novelty.prototypes import tail_nats
-from ferl.novelty.scores import FIRING_EPS, LEAF_RESIDUAL, NAMING_DEPTH, VAR_FLOOR
+from ferl.novelty.free_gaussians import VAR_FLOOR
+from ferl.novelty.ood_score import FIRING_EPS, LEAF_RESIDUAL, tail_nats
+from ferl.novelty.scores import NAMING_DEPTH
 from ferl.tree.fuzzy_tree import support_gate
 
 

@@ -8,8 +8,8 @@ import pytest
 from ferl import FERLClassifier
 from ferl.benchmarks.ood import ferl_score
 from ferl.io import persist
-from ferl.novelty import typicality
-from ferl.novelty.typicality import LeafGaussians
+from ferl.novelty import leaf_gaussians
+from ferl.novelty.leaf_gaussians import LeafGaussians
 
 
 def test_save_load_keeps_the_novelty_model(tmp_path, wine_deep, wine):
@@ -57,7 +57,7 @@ def test_a_model_whose_leaves_borrow_correlations_loads(tmp_path, wine_deep, win
     cov[0] = corr * np.outer(sd, sd)
     model = copy.deepcopy(wine_deep)
     model.leaf_gaussians_ = LeafGaussians(g.center, g.scale, g.leaves, g.mean, cov, g.reliability)
-    assert np.linalg.eigvalsh(cov[0]).min() < typicality.RIDGE / 2 <= np.diag(cov[0]).min()
+    assert np.linalg.eigvalsh(cov[0]).min() < leaf_gaussians.RIDGE / 2 <= np.diag(cov[0]).min()
     model.save(tmp_path / "m")
     loaded = FERLClassifier.load(tmp_path / "m")
     np.testing.assert_array_equal(loaded.ood_score(wine[1]), model.ood_score(wine[1]))

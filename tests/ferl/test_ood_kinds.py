@@ -10,7 +10,7 @@ from sklearn.datasets import make_blobs
 from ferl import FERLClassifier
 from ferl.benchmarks.ood_kinds import ABLATION_KINDS, ablation_score
 from ferl.novelty import OOD_KINDS, default_kind
-from ferl.novelty.kinds import SCORE_KINDS, check_kind
+from ferl.novelty.ood_score import SCORE_KINDS, check_kind
 
 
 @pytest.fixture(scope="module")

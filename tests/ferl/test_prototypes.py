@@ -13,8 +13,9 @@ from ferl.benchmarks.ood import ferl_score
 from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.io import persist
 from ferl.metrics import ood_auroc
-from ferl.novelty import prototypes
-from ferl.novelty.prototypes import MIN_SUPPORT, nearest_prototype, prototype_distance, tail_nats
+from ferl.novelty import prototypes, scores
+from ferl.novelty.ood_score import tail_nats
+from ferl.novelty.prototypes import MIN_SUPPORT, nearest_prototype, prototype_distance
 from ferl.novelty.scores import analyse
 
 
@@ -121,12 +122,12 @@ def test_the_reference_holds_the_training_rows_in_sample_scores(wine_deep, wine)
 
 
 def test_the_reference_is_a_deterministic_subsample_of_the_positive_weight_rows(monkeypatch):
-    monkeypatch.setattr(prototypes, "REFERENCE_ROWS", 10)
+    monkeypatch.setattr(scores, "REFERENCE_ROWS", 10)
     sw = np.ones(25)
     sw[3] = 0.0
-    rows = prototypes.reference_rows(sw)
+    rows = scores.reference_rows(sw)
     assert rows.size == 10 and 3 not in rows and rows[0] == 0 and rows[-1] == 24
-    np.testing.assert_array_equal(rows, prototypes.reference_rows(sw))
+    np.testing.assert_array_equal(rows, scores.reference_rows(sw))
 
 
 def _flipped_profiles(rng, profiles, n, p_flip):

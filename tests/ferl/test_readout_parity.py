@@ -1,5 +1,5 @@
 """The totals-only OOD score and the one-pass credal read-out against the per-feature novelty they
-replace in `ood_score` (`ferl.novelty.ood_score`, `ferl.novelty.leaf_readout`,
+replace in `ood_score` (`ferl.novelty.ood_score`, `ferl.novelty.leaf_gaussians`,
 `FERLClassifier.credal_readout`)."""
 
 
@@ -8,11 +8,11 @@ import pytest
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import MinMaxScaler
 
-import ferl.novelty.leaf_readout as leaf_readout
-import ferl.novelty.typicality as typicality
+import ferl.novelty.leaf_gaussians as leaf_gaussians
 from ferl import FERLClassifier
 from ferl.benchmarks.keel import default_data_root, load_keel
 from ferl.benchmarks.ood_kinds import ablation_score
+from ferl.novelty.linalg import standardise
 from ferl.novelty.ood_score import TOTAL_KINDS, score_totals
 from ferl.novelty.scores import analyse
 from ferl.readout.batch import read_out
@@ -75,14 +75,14 @@ def test_leaf_totals_give_leaf_terms_nll_bit_for_bit(keel, block, monkeypatch):
     clf = FERLClassifier("deep", random_state=0).fit(X, y)
     tree, g = clf.tree_, clf.leaf_gaussians_
     fired = tree.sparse_firing(Z, True, clf._gate_margin())
-    monkeypatch.setattr(leaf_readout, "BLAS_ROWS", block)
-    monkeypatch.setattr(typicality, "BLAS_ROWS", block)
+    monkeypatch.setattr(leaf_gaussians, "BLAS_ROWS", block)
     phi0 = fired.dense(fired.phi0)[:, g.leaves]
-    deviation, spread, nll = typicality.leaf_terms(g, typicality.standardise(Z, g.center, g.scale), phi0)
-    total, nll_sparse = leaf_readout.leaf_totals(g, Z, fired, want_nll=True)
+    U = standardise(Z, g.center, g.scale)
+    deviation, spread, nll = leaf_gaussians.leaf_terms(g, U, phi0)
+    total, nll_sparse = leaf_gaussians.leaf_totals(g, U, fired, want_nll=True)
     np.testing.assert_array_equal(nll_sparse, nll)
     np.testing.assert_allclose(total, (deviation + spread).sum(axis=1), rtol=1e-12)
-    assert leaf_readout.leaf_totals(g, Z, fired)[1] is None
+    assert leaf_gaussians.leaf_totals(g, U, fired)[1] is None
 
 
 def test_unknown_kind_is_refused_by_the_one_pass_read_out():

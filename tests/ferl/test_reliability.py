@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ferl import FERLClassifier
-from ferl.novelty.reliability import TYPICAL_DISCOUNT, leaf_typicality, reliability
+from ferl.novelty.discount import TYPICAL_DISCOUNT, leaf_typicality, reliability
 
 finite = st.floats(0.0, 50.0, allow_nan=False)
 

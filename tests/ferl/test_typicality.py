@@ -1,4 +1,4 @@
-"""Leaf Gaussians (`ferl.novelty.typicality`) and the novelty discount of the evidence
+"""Leaf Gaussians (`ferl.novelty.leaf_gaussians`) and the novelty discount of the evidence
 (`novelty_discount`)."""
 
 import numpy as np
@@ -10,18 +10,11 @@ from sklearn.datasets import make_classification
 from ferl import FERLClassifier
 from ferl.benchmarks.ood_kinds import ablation_score
 from ferl.evidence import combine, discount
+from ferl.novelty.cross_fit import CROSS_FIT
+from ferl.novelty.discount import leaf_typicality
 from ferl.novelty.free_gaussians import VAR_FLOOR
-from ferl.novelty.reliability import leaf_typicality
-from ferl.novelty.typicality import (
-    CROSS_FIT,
-    KAPPA,
-    RELIABILITY_QUANTILES,
-    RIDGE,
-    SUPPORT,
-    Z_MAX,
-    leaf_terms,
-    standardise,
-)
+from ferl.novelty.leaf_gaussians import KAPPA, RELIABILITY_QUANTILES, RIDGE, SUPPORT, leaf_terms
+from ferl.novelty.linalg import Z_MAX, standardise
 
 
 def _correlated(seed, n):
@@ -104,7 +97,7 @@ def test_leaf_gaussians_match_a_numpy_reference():
 
 
 def _path_residual(t, U, w, rows, leaf):
-    """Numpy reference of ``R_l`` (`ferl.novelty.leaf_paths`): free-feature Gaussians weighted by ``w``
+    """Numpy reference of ``R_l`` (`ferl.novelty.free_gaussians`): free-feature Gaussians weighted by ``w``
     (n, n_nodes), variance floored at VAR_FLOOR times the root's, averaged along ``leaf``'s path."""
     free = ~t.path_mask(U.shape[1])
     out, m, o = np.zeros(rows.sum()), 0, leaf
@@ -183,7 +176,7 @@ def test_the_reliability_reference_matches_a_numpy_cross_fit():
 
 def test_leaf_typicality_adds_half_the_path_residual_to_the_nll_per_feature(correlated):
     """The discount's leaf score ``s_l = nll_l / d + R_l / 2``
-    (`ferl.novelty.reliability.leaf_typicality`), the
+    (`ferl.novelty.discount.leaf_typicality`), the
     residual taken over the leaf's path with the fitted free-feature Gaussians."""
     clf, X, _ = correlated
     Z = np.vstack([X[:50], _planted(3, 60)])
@@ -331,7 +324,7 @@ def test_discounted_sparse_read_out_equals_the_dense_textbook_discount(variant, 
 def test_the_leaf_read_out_is_the_same_row_by_row_and_in_blas_blocks(correlated):
     """`leaf_terms` whitens a leaf's rows in one BLAS product from `BLAS_ROWS` rows on, one by one
     below: both paths give the same terms."""
-    from ferl.novelty.typicality import _leaf_kernel
+    from ferl.novelty.leaf_gaussians import _leaf_kernel
 
     clf, X, _ = correlated
     g = clf.leaf_gaussians_

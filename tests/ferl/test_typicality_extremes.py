@@ -1,12 +1,12 @@
-"""Leaf Gaussians (`ferl.novelty.typicality`) and the novelty discount on extreme inputs: exact fits, sample
-weights spanning hundreds of orders of magnitude, covariances that rounding leaves indefinite."""
+"""Leaf Gaussians (`ferl.novelty.leaf_gaussians`) and the novelty discount on extreme inputs: exact fits,
+sample weights spanning hundreds of orders of magnitude, covariances that rounding leaves indefinite."""
 
 import numpy as np
 import pytest
 
 from ferl import FERLClassifier
 from ferl.benchmarks.ood_kinds import ablation_score
-from ferl.novelty.reliability import TYPICAL_DISCOUNT
+from ferl.novelty.discount import TYPICAL_DISCOUNT
 
 
 def test_a_leaf_fitted_exactly_gives_finite_scores_and_trusts_its_own_points():

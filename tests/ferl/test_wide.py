@@ -1,6 +1,6 @@
 """Wide inputs, fewer training rows than features (full covariances ran out of time
 and memory): diagonal leaf Gaussians
-(`ferl.novelty.leaf_fit_diag`), linear in the width, the full model's variances, the same read-out."""
+(`ferl.novelty.leaf_fit`), linear in the width, the full model's variances, the same read-out."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 from ferl import FERLClassifier
 from ferl.benchmarks.ood import ferl_score
 from ferl.benchmarks.ood_kinds import ablation_score
-from ferl.novelty import typicality
-from ferl.novelty.leaf_fit_diag import diagonal_leaves
-from ferl.novelty.typicality import LeafGaussians, leaf_terms, standardise
+from ferl.novelty import leaf_gaussians
+from ferl.novelty.leaf_fit import diagonal_leaves
+from ferl.novelty.leaf_gaussians import LeafGaussians, leaf_terms
+from ferl.novelty.linalg import standardise
 
 
 def _data(n: int, d: int, seed: int = 0):
@@ -43,7 +44,7 @@ def test_two_rows_of_twenty_thousand_features_fit_without_a_square_array():
 def test_the_diagonal_model_keeps_the_full_models_means_and_variances():
     X, y = _data(30, 45)
     diagonal = FERLClassifier(variant="deep", random_state=0).fit(X, y)
-    with mock.patch.object(typicality, "diagonal_leaves", lambda sw, d: False):
+    with mock.patch.object(leaf_gaussians, "diagonal_leaves", lambda sw, d: False):
         full = FERLClassifier(variant="deep", random_state=0).fit(X, y)
     np.testing.assert_array_equal(diagonal.tree_.feature, full.tree_.feature)  # the same tree
     a, b = diagonal.leaf_gaussians_, full.leaf_gaussians_

@@ -14,16 +14,7 @@ variances. Correlations need more data than variances: a leaf whose soft count i
 ``SUPPORT d`` keeps its own shrunk *variances* ``D_l`` and the *pooled correlations* ``R_w`` (those of
 ``S_w + RIDGE I``): ``Sigma_l = (D_l + RIDGE)^{1/2} R_w (D_l + RIDGE)^{1/2}``. So the decompositions (the
 whitening's ``R^{-1/2}``, the cross-fit's Choleskys) run once for all small leaves (`ferl.novelty.leaf_fit`,
-`ferl.novelty.zca`).
-
-Why the pooled covariance rather than the parent's (each node shrunk to its parent along the
-tree, small leaves borrowing their nearest supported ancestor's correlations): along the tree's
-chain a small leaf is fitted to the mixture of classes above it, while the pooled covariance is the
-within-class spread every leaf shares; it ranked held-out classes better on the synthetic open
-world and CUB-50 and slightly worse on KEEL. ``SUPPORT`` keeps the fit within its fit-time target
-on many classes (docs/results/speed.md), at a small cost in ranking on KEEL. Chosen by measurement
-(``scripts/bench_openworld_novelty.py``, ``scripts/bench_novelty_tabular.py``):
-docs/results/novelty.md, "The leaf Gaussians".
+`ferl.novelty.linalg`); why the pooled covariance rather than the parent's: `ferl.novelty.leaf_fit`.
 
 Per leaf and input the negative log-likelihood, up to a constant shared by all leaves and inputs,
 is ``nll_l(x) = d2_l(x) / 2 + logdet(Sigma_l / RIDGE) / 2 >= 0`` with ``d2_l`` the squared
@@ -40,25 +31,12 @@ Mahalanobis distance. Both halves split exactly over features:
 The input's score averages the leaves by their ungated firing (which sums to one over the leaves):
 ``T(x) = sum_l phi0_l(x) nll_l(x)`` (`leaf_terms`).
 
-**Reliability** (for the per-source evidence discount, ``novelty_discount="rules"``,
-`ferl.evidence.discount`): leaf ``l`` is a reliable source for ``x`` when its *typicality score*
-``s_l(x) = nll_l(x) / d + R_l(x) / 2`` (the leaf's part of the ``nll`` OOD score of `ferl.novelty.scores`,
-with half the paper's free-feature residual along its path, `ferl.novelty.leaf_paths`) is no larger than
-for typical training inputs: ``r_l(x) = exp(-delta min(s_l, tau) / tau - max(0, s_l - tau) /
-lambda)`` (``delta`` = `ferl.novelty.reliability.TYPICAL_DISCOUNT`). ``tau`` and ``lambda`` come from the
-*cross-fitted* scores of the training inputs (the leaf Gaussians and the free-feature Gaussians
-refitted without each of `CROSS_FIT` interleaved folds, on the same tree, and evaluated on that
-fold): ``tau`` is their firing-weighted `RELIABILITY_QUANTILES` [0] quantile and ``r = 1/2`` at
-the [1] quantile. The same cross-fit gives the held-out leaf term ``T`` of every training row,
-the reference of the default ``"typical"`` discount (`ferl.novelty.discount`).
-
-``RELIABILITY_QUANTILES`` = (0.9, 0.96) was chosen on the synthetic open world
-(``scripts/bench_openworld_novelty.py``, FERL-deep) as the only setting tried that meets both
-abstention targets (at least 40 % of held-out images, at most 5 % of retained test images) while
-keeping ``r`` near 1 for 90 % of typical inputs; the grid is in docs/results/novelty.md ("The
-per-source discount").
-
-`ferl.novelty.reliability` says how ``delta`` was chosen.
+**Reliability** (of the per-source evidence discount, `ferl.novelty.discount`): the fit also gives
+``(tau, lambda)`` (`LeafGaussians.reliability`), the firing-weighted `RELIABILITY_QUANTILES` of the
+leaf typicality scores of the training inputs, *cross-fitted*: scored on leaf and free-feature
+Gaussians refitted without each of `CROSS_FIT` interleaved folds (`ferl.novelty.cross_fit`). The
+same cross-fit gives the held-out leaf term ``T`` of every training row, the reference of the
+default ``"typical"`` discount.
 """
 
 from __future__ import annotations
@@ -68,17 +46,15 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from ferl.novelty.blas import one_blas_thread
-from ferl.novelty.free_gaussians import VAR_FLOOR, weighted_moments
-from ferl.novelty.leaf_fit import fit_kernel
-from ferl.novelty.leaf_fit_diag import diagonal_fit_kernel, diagonal_leaves
-from ferl.novelty.leaf_paths import cross_fitted_path_residual
-from ferl.novelty.zca import whitening
+from ferl.novelty.cross_fit import CROSS_FIT, cross_fitted_path_residual, weighted_quantile
+from ferl.novelty.free_gaussians import VAR_FLOOR
+from ferl.novelty.leaf_fit import diagonal_fit_kernel, diagonal_leaves, fit_kernel
+from ferl.novelty.linalg import Z_MAX, one_blas_thread, whitening
 from ferl.tree.firing import Firing
 from ferl.tree.fuzzy_tree import FuzzyTree
 
-__all__ = ["CROSS_FIT", "KAPPA", "RELIABILITY_QUANTILES", "RIDGE", "SUPPORT", "Z_MAX", "LeafGaussians",
-           "fit_leaf_gaussians", "leaf_terms", "standardise"]
+__all__ = ["BLAS_ROWS", "KAPPA", "RELIABILITY_QUANTILES", "RIDGE", "SUPPORT", "LeafGaussians",
+           "fit_leaf_gaussians", "leaf_terms", "leaf_totals"]
 
 #: Shrinkage of a leaf's covariance to the pooled one: pseudo-counts per feature (``KAPPA * d``).
 KAPPA = 0.5
@@ -87,59 +63,15 @@ KAPPA = 0.5
 SUPPORT = 0.25
 #: Ridge added to every leaf covariance, in standardised units (a fraction of the training variance).
 RIDGE = 1e-3
-#: Interleaved folds of the reliability's cross-fitted reference: the ``j``-th row of positive weight
-#: is in fold ``j % CROSS_FIT`` (`_folds`), so that rows of weight 0 change nothing.
-CROSS_FIT = 5
 #: Quantiles of the cross-fitted training leaf typicality scores where the reliability starts to
 #: fall and where it reaches 1/2.
 RELIABILITY_QUANTILES = (0.9, 0.96)
 #: A leaf's rows are whitened in one BLAS product from this many on, one by one below: a BLAS
 #: call's fixed cost outweighs a few rows' work (chosen by measurement: docs/results/speed.md).
 BLAS_ROWS = 8
-#: Standardised inputs are clipped to ``[-Z_MAX, Z_MAX]``: scores stay finite for any finite input.
-Z_MAX = 1e100
 #: A cross-fitted leaf typicality score that rounding made NaN or infinite counts as this (finite,
 #: so that the reliability's ``(tau, lambda)`` are).
 VALUE_MAX = np.finfo(np.float64).max / 8
-
-
-def standardise(X: np.ndarray, center: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """``clip((X - center) / scale, -Z_MAX, Z_MAX)``, finite for finite ``X`` (no overflow warning).
-
-    One compiled pass (the floats of numpy's subtract, divide and clip, which took three passes).
-
-    Parameters
-    ----------
-    X : ndarray of shape (n, d), float64, finite
-    center, scale : ndarray of shape (d,), float64, finite, ``scale > 0``
-
-    Returns
-    -------
-    ndarray of shape (n, d), float64, C-contiguous
-
-    Raises
-    ------
-    ValueError
-        ``X`` not 2-D, or ``center`` / ``scale`` not finite of shape (d,) (``scale`` also > 0).
-    """
-    X, center, scale = (np.asarray(a, dtype=np.float64) for a in (X, center, scale))
-    if X.ndim != 2 or center.shape != X.shape[1:] or scale.shape != X.shape[1:]:
-        raise ValueError(f"standardise needs X (n, d) with center and scale (d,); got {X.shape}, "
-                         f"{center.shape} and {scale.shape}")
-    if not (np.isfinite(center).all() and (np.isfinite(scale) & (scale > 0)).all()):
-        raise ValueError(f"standardise needs a finite center and a finite, positive scale; got {center} "
-                         f"and {scale}")
-    return _standardise(*(np.ascontiguousarray(a) for a in (X, center, scale)))
-
-
-@njit(cache=True)
-def _standardise(X, center, scale):
-    n, d = X.shape
-    U = np.empty((n, d))
-    for i in range(n):
-        for f in range(d):
-            U[i, f] = min(max((X[i, f] - center[f]) / scale[f], -Z_MAX), Z_MAX)
-    return U
 
 
 @dataclass
@@ -157,13 +89,13 @@ class LeafGaussians:
         ``mu_l`` in standardised units.
     cov : ndarray of shape (L, d, d), or (L, d) when diagonal, float64
         ``Sigma_l`` in standardised units, ridge included (symmetric positive definite); its diagonal
-        when the model was fitted on fewer rows than features (`ferl.novelty.leaf_fit_diag`).
+        when the model was fitted on fewer rows than features (`ferl.novelty.leaf_fit`).
     reliability : ndarray of shape (2,), float64
         ``(tau, lambda)`` of the reliability, in the units of the leaf typicality score (nats per
         feature), ``lambda > 0``.
     whiten_t : ndarray of shape (L, d, d), or (L, 1, d) when diagonal, float64
         The ZCA-cor whitening matrices, transposed (C-contiguous: the read-out's right operand;
-        derived from ``cov``, not saved; `ferl.novelty.zca.whitening`).
+        derived from ``cov``, not saved; `ferl.novelty.linalg.whitening`).
     half_share : ndarray of shape (L, d), float64 >= 0
         Each feature's share of ``logdet(Sigma_l / RIDGE) / 2`` (derived, not saved).
     """
@@ -191,7 +123,7 @@ def _folds(sw: np.ndarray) -> np.ndarray:
     return ((np.cumsum(np.asarray(sw) > 0) - 1) % CROSS_FIT).astype(np.int64)
 
 
-def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
+def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray, fold: np.ndarray):
     """Leaf means and covariances (ridge included), and the cross-fitted leaf NLLs.
 
     The pooled within-leaf covariance, then each leaf's moments shrunk to it (a leaf with no weight
@@ -218,30 +150,29 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray):
     args = (np.ascontiguousarray(U), np.ascontiguousarray(sw, dtype=np.float64), W.start, W.count, W.rows,
             W.phi0, *nodes, leaf_index, KAPPA * U.shape[1])
     if diagonal_leaves(sw, U.shape[1]):  # fewer rows than features: variances only, linear in d
-        return diagonal_fit_kernel(*args, RIDGE, _folds(sw), CROSS_FIT)
-    return fit_kernel(*args, SUPPORT * U.shape[1], RIDGE, _folds(sw), CROSS_FIT)
+        return diagonal_fit_kernel(*args, RIDGE, fold, CROSS_FIT)
+    return fit_kernel(*args, SUPPORT * U.shape[1], RIDGE, fold, CROSS_FIT)
 
 
-def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    order = np.argsort(values, kind="stable")
-    cum = np.cumsum(weights[order])
-    return float(values[order][min(np.searchsorted(cum, q * cum[-1]), values.size - 1)])
-
-
-def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray,
-                       firing: Firing | None = None) -> tuple[LeafGaussians, np.ndarray]:
+def fit_leaf_gaussians(tree: FuzzyTree, U: np.ndarray, center: np.ndarray, scale: np.ndarray,
+                       sample_weight: np.ndarray, firing: Firing,
+                       free: np.ndarray) -> tuple[LeafGaussians, np.ndarray]:
     """Fit the leaf Gaussians and the reliability of the module docstring.
 
     Parameters
     ----------
     tree : FuzzyTree
-        A finalised tree.
-    X : ndarray of shape (n_samples, n_features), float64, finite
-        The training inputs.
+        A finalised tree with its free-feature Gaussians (`ferl.novelty.free_gaussians`).
+    U : ndarray of shape (n_samples, n_features), float64
+        The training inputs standardised by ``center`` and ``scale`` (`ferl.novelty.linalg.standardise`);
+        passed as a temporary, it is released before the quantiles.
+    center, scale : ndarray of shape (n_features,), float64
+        The standardisation (`ferl.novelty.free_gaussians.standardisation`).
     sample_weight : ndarray of shape (n_samples,), float64, >= 0, some > 0
-    firing : Firing, optional
-        The sparse firing of ``X`` (its ungated ``phi0`` is read), when the caller has it already;
-        computed otherwise.
+    firing : Firing
+        The ungated sparse training firing (its ``phi0`` is read).
+    free : ndarray of shape (n_nodes, n_features), bool
+        The free features of each node (the complement of `FuzzyTree.path_mask`).
 
     Returns
     -------
@@ -250,55 +181,27 @@ def fit_leaf_gaussians(tree: FuzzyTree, X: np.ndarray, sample_weight: np.ndarray
         The cross-fitted leaf term ``T(x_i) = sum_l phi0_l(x_i) nll_l(x_i)`` of every training row,
         each row scored by Gaussians fitted without its fold (0 for rows of weight 0): the honest
         reference of the evidence discount (`ferl.novelty.prototypes.fit_rule_prototypes`).
-
-    Raises
-    ------
-    ValueError
-        A feature whose spread is too small to standardise (positive but below
-        ``float64``'s smallest normal number): the message names it.
     """
     sw = np.asarray(sample_weight, dtype=np.float64)
-    center, scale = _standardisation(X, sw)
-    U = standardise(X, center, scale)
-    W = tree.sparse_firing(X, False, np.ones(tree.n_nodes)) if firing is None else firing
+    fold = _folds(sw)
     with one_blas_thread():
-        mean, cov, values, weights, term = _fit_nodes(tree, U, W, sw)
-    d = X.shape[1]
-    free = ~tree.path_mask(d)
+        mean, cov, values, weights, term = _fit_nodes(tree, U, firing, sw, fold)
+    d = U.shape[1]
     residual = cross_fitted_path_residual(
-        U, np.ascontiguousarray(sw, dtype=np.float64), W.start, W.count, W.rows, W.phi0,
+        U, np.ascontiguousarray(sw), firing.start, firing.count, firing.rows, firing.phi0,
         np.asarray(tree.feature, dtype=np.int64), np.asarray(tree.left, dtype=np.int64),
         np.asarray(tree.right, dtype=np.int64), np.asarray(tree.parent, dtype=np.int64), free,
-        free.sum(axis=1).astype(np.int64), _folds(sw), CROSS_FIT, VAR_FLOOR, Z_MAX)
+        free.sum(axis=1).astype(np.int64), fold, CROSS_FIT, VAR_FLOOR, Z_MAX)
     del U  # the rest needs only the per-pair values: one copy of X fewer at the quantiles
     # finite whatever rounding did to a fold-out Gaussian (an NLL overflowed to inf with weights
     # spanning 1e580), with room for the quantiles' arithmetic
     values = np.nan_to_num(values / d + residual / 2, nan=VALUE_MAX, posinf=VALUE_MAX)
     q0, q1 = RELIABILITY_QUANTILES
-    tau = _weighted_quantile(values, weights, q0)
-    half = _weighted_quantile(values, weights, q1)
+    tau = weighted_quantile(values, weights, q0)
+    half = weighted_quantile(values, weights, q1)
     width = max(half - tau, 1e-6 * max(abs(tau), 1.0)) / np.log(2.0)
     model = LeafGaussians(center, scale, np.flatnonzero(tree.is_leaf), mean, cov, np.array([tau, width]))
     return model, term
-
-
-def _standardisation(X: np.ndarray, sw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted mean and standard deviation per feature, computed without overflow or underflow."""
-    rows = (sw > 0)[:, None]  # the range of the positive-weight rows, without copying them
-    lo = X.min(axis=0, where=rows, initial=np.inf)
-    hi = X.max(axis=0, where=rows, initial=-np.inf)
-    mid = lo / 2 + hi / 2
-    half = hi / 2 - lo / 2
-    unit = np.where(half > 0, half, 1.0)
-    # moments of V = (X - mid) / unit, in [-1, 1] on the rows of positive weight, without a copy
-    m, sd = weighted_moments(np.ascontiguousarray(X, dtype=np.float64), sw, mid, unit, sw.sum())
-    tiny = np.finfo(np.float64).tiny
-    bad = (half > 0) & ((half < tiny) | (sd * unit < tiny) | (sd == 0))
-    if bad.any():
-        raise ValueError(
-            f"feature(s) {np.flatnonzero(bad).tolist()[:10]} vary by less than float64 can standardise "
-            f"(spread below {tiny:.3g}); rescale X (e.g. standardise it) before fitting")
-    return mid + unit * m, np.where(half > 0, sd * unit, 1.0)
 
 
 @njit(cache=True, fastmath={"reassoc", "nsz"})
@@ -343,7 +246,7 @@ def _leaf_kernel(U, phi0, mean, whiten_t, half_share, half_logdet, block):
         for a in range(k):
             for f in range(d):
                 V[a, f] = U[idx[ptr[j] + a], f] - mean[j, f]
-        if whiten_t.shape[1] < d:  # a diagonal covariance (`ferl.novelty.leaf_fit_diag`)
+        if whiten_t.shape[1] < d:  # a diagonal covariance (`ferl.novelty.leaf_fit`)
             Wm = V * whiten_t[j]
         elif k >= block:
             Wm = V @ whiten_t[j]
@@ -388,3 +291,100 @@ def leaf_terms(model: LeafGaussians, U: np.ndarray, phi0: np.ndarray):
     with one_blas_thread():
         return _leaf_kernel(np.ascontiguousarray(U), np.ascontiguousarray(phi0), model.mean, model.whiten_t,
                             model.half_share, model.half_share.sum(axis=1), BLAS_ROWS)
+
+
+@njit(cache=True)
+def _leaf_totals(U, start, count, rows, phi0, leaves, mean, whiten_t, half_logdet, block, want_nll):
+    """``T`` (n,) and, when ``want_nll``, ``nll`` (n, L) (else an empty (0, L) array); see `leaf_totals`.
+
+    Leaf by leaf, the standardised rows ``U`` that reach it minus its mean are whitened in one BLAS
+    product when they are at least ``block``, else row by row (each output feature summed over the
+    inputs in the same order as the product of `ferl.novelty.leaf_gaussians.leaf_terms`, so the same floats).
+    """
+    n, d = U.shape
+    n_leaves = leaves.shape[0]
+    total = np.zeros(n)
+    nll = np.zeros((n if want_nll else 0, n_leaves))
+    w = np.empty(d)
+    most = 0
+    for j in range(n_leaves):
+        most = max(most, count[leaves[j]])
+    idx = np.empty(most, dtype=np.int64)  # a leaf's positive entries, in row order
+    V_all = np.empty((most, d))  # buffers for the largest leaf, sliced for each
+    W_all = np.empty((most, d))
+    for j in range(n_leaves):
+        o = leaves[j]
+        k = 0
+        for e in range(start[o], start[o] + count[o]):
+            if phi0[e] > 0.0:
+                idx[k] = e
+                k += 1
+        if k == 0:
+            continue
+        V = V_all[:k]
+        for a in range(k):
+            i = rows[idx[a]]
+            for f in range(d):
+                V[a, f] = U[i, f] - mean[j, f]
+        Wm = V  # below block: whitened row by row into w
+        rowwise = k < block and whiten_t.shape[1] == d
+        if whiten_t.shape[1] < d:  # a diagonal covariance (`ferl.novelty.leaf_fit`)
+            Wm = W_all[:k]
+            Wm[:] = V * whiten_t[j]
+        elif k >= block:
+            Wm = W_all[:k]
+            np.dot(V, whiten_t[j], Wm)
+        for a in range(k):
+            if rowwise:
+                for f in range(d):
+                    w[f] = 0.0
+                for g in range(d):
+                    vg = V[a, g]
+                    for f in range(d):
+                        w[f] += vg * whiten_t[j, g, f]
+                d2 = half_norm2(w)
+            else:
+                d2 = half_norm2(Wm[a])
+            e = idx[a]
+            value = d2 + half_logdet[j]
+            total[rows[e]] += phi0[e] * value
+            if want_nll:
+                nll[rows[e], j] = value
+    return total, nll
+
+
+def leaf_totals(model: LeafGaussians, U: np.ndarray, fired: Firing, want_nll: bool = False):
+    """``T(x) = sum_l phi0_l(x) nll_l(x)`` and, when asked, the per-leaf ``nll_l(x)`` of inputs.
+
+    Beyond the paper (the leaf Gaussians of `ferl.novelty.leaf_gaussians`). ``T`` equals the row sums of
+    ``deviation + spread`` of `ferl.novelty.leaf_gaussians.leaf_terms` (up to round-off: summed leaf by leaf
+    rather than feature by feature) and ``nll`` equals its third output bit for bit.
+
+    Parameters
+    ----------
+    model : LeafGaussians
+        The leaf Gaussians of the tree that fired.
+    U : ndarray of shape (n_samples, n_features), float64
+        The inputs, standardised by the model's ``center`` and ``scale``
+        (`ferl.novelty.linalg.standardise`; once per row, not once per leaf a row reaches).
+    fired : Firing
+        The sparse firings of the inputs (their ungated ``phi0`` is read).
+    want_nll : bool, default=False
+        Also return the per-leaf NLLs (the evidence discount needs them).
+
+    Returns
+    -------
+    total : ndarray of shape (n_samples,), float64 >= 0
+        ``T(x)``.
+    nll : ndarray of shape (n_samples, L), float64 >= 0, or None
+        ``nll_l(x)`` where ``phi0_l(x) > 0``, else 0; None unless ``want_nll``.
+    """
+    leaves = np.asarray(model.leaves, dtype=np.int64)
+    args = (np.ascontiguousarray(U, dtype=np.float64), fired.start, fired.count, fired.rows, fired.phi0,
+            leaves, model.mean, model.whiten_t, model.half_share.sum(axis=1), BLAS_ROWS, bool(want_nll))
+    if fired.count[leaves].max() >= BLAS_ROWS:  # some leaf is whitened by BLAS
+        with one_blas_thread():
+            total, nll = _leaf_totals(*args)
+    else:
+        total, nll = _leaf_totals(*args)
+    return total, (nll if want_nll else None)

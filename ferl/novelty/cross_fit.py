@@ -1,0 +1,341 @@
+"""Cross-fitting of the novelty models' training references (numba; beyond the paper): the folds,
+the order the cross-fitted values come in, and the per-fold moments of a node's rows.
+
+The reliability of the leaf Gaussians and the reference of the evidence discount score every
+training row on Gaussians fitted without it (`ferl.novelty.leaf_gaussians.fit_leaf_gaussians`): the
+``j``-th row of positive weight is in fold ``j % CROSS_FIT``, and the leaves are taken depth first
+(`depth_first`), so the leaf NLLs (`ferl.novelty.leaf_fit`) and the path residual
+(`cross_fitted_path_residual`, `walk_path`) pair up value for value.
+
+A node's sums are taken per fold on rows centred at the node's mean, so the moments without fold
+``k`` cost no pass over the rows: the totals minus the fold's sums, or, where the fold holds more
+than half the weight (the difference would cancel to rounding noise), the other folds' sums
+(`fold_out`). The pooled within-leaf covariance (`pooled_covariance`) is built from them, on all
+rows and without each fold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["CROSS_FIT", "cross_fitted_path_residual", "depth_first", "diagonal_fold_moments", "fold_moments",
+           "fold_out", "fold_totals", "leaf_weight", "moment_buffers", "pooled_covariance",
+           "walk_path", "weighted_quantile"]
+
+#: Interleaved folds of the cross-fitted references: the ``j``-th row of positive weight is in fold
+#: ``j % CROSS_FIT``, so that rows of weight 0 change nothing.
+CROSS_FIT = 5
+
+
+def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of ``values`` (m,) weighted by ``weights`` (m,) >= 0 (some > 0): the first
+    value, in increasing order, at which the cumulative weight reaches ``q`` of the total."""
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return float(values[order][min(np.searchsorted(cum, q * cum[-1]), values.size - 1)])
+
+
+@njit(cache=True)
+def depth_first(feature, left, right):
+    """The nodes in depth-first order, left child first (pre-order: a parent before its subtree),
+    int64 array of shape (n_nodes,); ``feature < 0`` marks a leaf. The order of the cross-fitted
+    values of `fit_kernel` and of ``ferl.novelty.cross_fit.cross_fitted_path_residual``."""
+    n_nodes = feature.shape[0]
+    order = np.empty(n_nodes, dtype=np.int64)
+    stack = np.empty(n_nodes, dtype=np.int64)
+    stack[0] = 0
+    top = 1
+    m = 0
+    while top > 0:
+        top -= 1
+        o = stack[top]
+        order[m] = o
+        m += 1
+        if feature[o] >= 0:
+            stack[top] = right[o]
+            stack[top + 1] = left[o]
+            top += 2
+    return order[:m]
+
+
+@njit(cache=True)
+def walk_path(x, o, parent, mean, inv_sd, free, n_free, z_max):
+    """The paper's residual along leaf ``o``'s path (`ferl.novelty.free_gaussians.path_residual`):
+    ``R_l(x)``, the mean over the path's nodes that have a free feature of ``r_o(x) = mean_{f free}
+    z_of^2``, ``|z|`` clipped to ``z_max``; a float >= 0 (0 when no node has a free feature).
+
+    ``x`` (d,): one input; ``parent`` (n_nodes,): the tree; ``mean``, ``inv_sd`` (n_nodes, d): the
+    free-feature Gaussians with their floored inverse standard deviations; ``free`` (n_nodes, d) bool
+    and ``n_free`` (n_nodes,): the free features of each node."""
+    d = x.shape[0]
+    total = 0.0
+    m = 0
+    while True:
+        if n_free[o] > 0:
+            acc = 0.0
+            for f in range(d):
+                if free[o, f]:
+                    z = min(abs((x[f] - mean[o, f]) * inv_sd[o, f]), z_max)
+                    acc += z * z
+            total += acc / n_free[o]
+            m += 1
+        if o == 0:
+            break
+        o = parent[o]
+    return total / m if m > 0 else 0.0
+
+
+@njit(cache=True)
+def leaf_weight(sw, entries, rows, phi0):
+    """Soft count of a node: the sum of ``phi0 * sw`` over its positive entries (as `fold_moments`
+    sums it)."""
+    count = 0.0
+    for q in entries:
+        w = phi0[q] * sw[rows[q]]
+        if w > 0.0:
+            count += w
+    return count
+
+
+@njit(cache=True)
+def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out, s1, s2, full):
+    """Weighted count and mean of a node's rows (all of them) and, on rows centred at that mean, the
+    sums ``s0, s1, s2`` of each fold (row ``r`` in fold ``fold[r]``); of ``s2`` the lower triangle
+    when ``full``, else its diagonal only. Returns ``s0`` of shape (n_folds,)."""
+    d = U.shape[1]
+    s0 = np.zeros(n_folds)
+    s1[:] = 0.0
+    if full:
+        s2[:] = 0.0
+    else:
+        for k in range(n_folds):
+            for f in range(d):
+                s2[k, f, f] = 0.0
+    mean_out[:] = 0.0
+    count = 0.0
+    for q in entries:
+        r = rows[q]
+        w = phi0[q] * sw[r]
+        if w > 0.0:
+            count += w
+            for f in range(d):
+                mean_out[f] += w * U[r, f]
+    if count > 0.0:
+        mean_out /= count
+    z = np.empty(d)
+    for q in entries:
+        r = rows[q]
+        w = phi0[q] * sw[r]
+        if w <= 0.0:
+            continue
+        k = fold[r]
+        s0[k] += w
+        for f in range(d):
+            z[f] = U[r, f] - mean_out[f]
+            s1[k, f] += w * z[f]
+        if not full:
+            for f in range(d):
+                s2[k, f, f] += w * z[f] * z[f]
+            continue
+        for f in range(d):
+            wz = w * z[f]
+            for g in range(f + 1):
+                s2[k, f, g] += wz * z[g]
+    count_out[0] = count
+    return s0
+
+
+@njit(cache=True, inline="always")
+def _without(v, k):
+    """Sum of ``v`` (one value per fold) over the folds other than ``k``, in fold order (all of them
+    when ``k`` is -1)."""
+    acc = 0.0
+    for j in range(v.shape[0]):
+        if j != k:
+            acc += v[j]
+    return acc
+
+
+@njit(cache=True)
+def fold_totals(s1, s2, own, t1, t2):
+    """Sums over the folds of ``s1`` into ``t1`` and of ``s2`` into ``t2`` (its lower triangle when
+    ``own``, else its diagonal)."""
+    d = s1.shape[1]
+    for f in range(d):
+        t1[f] = _without(s1[:, f], -1)
+        for g in range(f + 1):
+            if g == f or own:
+                t2[f, g] = _without(s2[:, f, g], -1)
+
+
+@njit(cache=True)
+def fold_out(s0, s1, s2, t1, t2, total, k, own, o1, o2):
+    """The sums without fold ``k``: of ``s1`` into ``o1``, of ``s2`` into ``o2`` (its lower triangle
+    when ``own``, else its diagonal); returns that of ``s0``. The totals ``total``, ``t1``, ``t2``
+    minus the fold's sums, or, when the fold holds more than half the weight, the sums of the other
+    folds: there the difference cancels to rounding noise (a fold holding all but 1e-100 of a leaf's
+    weight gave a fold-out Gaussian of noise whose NLLs overflowed). Only one fold can hold more
+    than half the weight, so this costs one more pass over the fold sums at most."""
+    d = s1.shape[1]
+    direct = s0[k] > 0.5 * total
+    for f in range(d):
+        o1[f] = _without(s1[:, f], k) if direct else t1[f] - s1[k, f]
+        for g in range(f + 1):
+            if g == f or own:
+                o2[f, g] = _without(s2[:, f, g], k) if direct else t2[f, g] - s2[k, f, g]
+    return _without(s0, k) if direct else total - s0[k]
+
+
+@njit(cache=True)
+def moment_buffers(n_folds, d):
+    """Buffers of `fold_moments`, `fold_totals` and `fold_out`: count (1,), mean (d,), fold sums s1
+    (n_folds, d) and s2 (n_folds, d, d), their totals t1 (d,) and t2 (d, d), the sums without a
+    fold o1 (d,) and o2 (d, d)."""
+    return (np.empty(1), np.empty(d), np.empty((n_folds, d)), np.empty((n_folds, d, d)), np.empty(d),
+            np.empty((d, d)), np.empty(d), np.empty((d, d)))
+
+
+@njit(cache=True)
+def diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, mean, s1, s2):
+    """A node's weighted mean (into ``mean``) on all its rows and, per fold, on rows centred at that
+    mean, the sums of the weights, of ``z`` (``s1``) and of ``z^2`` (``s2``, the diagonal of
+    `fold_moments`' second moments), each (n_folds, d). Returns the fold weights (n_folds,) and the
+    total weight. The diagonal leaf Gaussians' and the free-feature Gaussians' moments."""
+    d = U.shape[1]
+    s0 = np.zeros(n_folds)
+    s1[:] = 0.0
+    s2[:] = 0.0
+    mean[:] = 0.0
+    total = 0.0
+    for q in entries:
+        w = phi0[q] * sw[rows[q]]
+        if w > 0.0:
+            total += w
+            mean += w * U[rows[q]]
+    if total > 0.0:
+        mean /= total
+    for q in entries:
+        r = rows[q]
+        w = phi0[q] * sw[r]
+        if w > 0.0:
+            k = fold[r]
+            s0[k] += w
+            for f in range(d):
+                z = U[r, f] - mean[f]
+                s1[k, f] += w * z
+                s2[k, f] += w * z * z
+    return s0, total
+
+
+@njit(cache=True)
+def pooled_covariance(U, sw, start, count, rows, phi0, feature, fold, n_folds):
+    """The leaf Gaussians' shrinkage target (beyond the paper): the pooled within-leaf covariance on
+    all rows (index 0) and without each fold (``1 + k``), shape (n_folds + 1, d, d), symmetric:
+    every leaf's weighted scatter about its own mean, summed, over the summed soft counts; the
+    identity where no leaf has weight."""
+    d = U.shape[1]
+    K1 = n_folds + 1
+    P = np.zeros((K1, d, d))
+    N = np.zeros(K1)
+    node_count, node_mean, s1, s2, t1, t2, o1, o2 = moment_buffers(n_folds, d)
+    shift = np.empty(d)
+    for o in range(feature.shape[0]):
+        if feature[o] >= 0:
+            continue
+        entries = np.arange(start[o], start[o] + count[o])
+        s0 = fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, True)
+        total = node_count[0]
+        if total <= 0.0:
+            continue
+        fold_totals(s1, s2, True, t1, t2)
+        N[0] += total
+        for f in range(d):
+            for g in range(f + 1):
+                P[0, f, g] += t2[f, g]
+        for k in range(n_folds):  # the scatter about the fold-out mean: minus out0 shift shift'
+            out0 = fold_out(s0, s1, s2, t1, t2, total, k, True, o1, o2)
+            if out0 <= 0.0:
+                continue
+            N[1 + k] += out0
+            for f in range(d):
+                shift[f] = o1[f] / out0
+            for f in range(d):
+                for g in range(f + 1):
+                    P[1 + k, f, g] += o2[f, g] - out0 * shift[f] * shift[g]
+    for k in range(K1):
+        for f in range(d):
+            for g in range(f + 1):
+                v = P[k, f, g] / N[k] if N[k] > 0.0 else (1.0 if f == g else 0.0)
+                if g == f:
+                    v = max(v, 0.0)  # rounding (weights spanning 1e300) cannot make it negative
+                P[k, f, g] = P[k, g, f] = v
+    return P
+
+
+@njit(cache=True)
+def _fold_out_gaussians(U, sw, start, count, rows, phi0, fold, n_folds, var_floor):
+    """Free-feature means and floored inverse standard deviations of every node without each fold.
+
+    Returns ``mean`` and ``inv_sd`` of shape (n_folds, n_nodes, d): the weighted mean and population
+    variance of the rows outside fold ``k`` (row ``r`` in fold ``fold[r]``), on sums centred at
+    the node's mean over all rows; the variance floored at ``var_floor`` times the fold-out root
+    variance (1 for a feature constant there), as `ferl.novelty.free_gaussians` floors the full
+    fit's. A node with no weight outside the fold keeps its overall mean and the floor.
+    """
+    n_nodes = start.shape[0]
+    d = U.shape[1]
+    mean = np.zeros((n_folds, n_nodes, d))
+    inv_sd = np.zeros((n_folds, n_nodes, d))
+    floor = np.ones((n_folds, d))
+    s1 = np.zeros((n_folds, d))
+    s2 = np.zeros((n_folds, d))
+    center = np.zeros(d)
+    for o in range(n_nodes):  # a parent precedes its children: the root comes first
+        s0, total = diagonal_fold_moments(U, sw, np.arange(start[o], start[o] + count[o]), rows, phi0, fold,
+                                          n_folds, center, s1, s2)
+        for k in range(n_folds):
+            out = total - s0[k]
+            for f in range(d):
+                var = 0.0
+                shift = 0.0
+                if out > 0.0:
+                    shift = (s1[:, f].sum() - s1[k, f]) / out
+                    var = max((s2[:, f].sum() - s2[k, f]) / out - shift * shift, 0.0)
+                if o == 0:
+                    floor[k, f] = var_floor * (var if var > 0.0 else 1.0)
+                mean[k, o, f] = center[f] + shift
+                inv_sd[k, o, f] = 1.0 / np.sqrt(max(var, floor[k, f], 1e-300))
+    return mean, inv_sd
+
+
+@njit(cache=True)
+def cross_fitted_path_residual(U, sw, start, count, rows, phi0, feature, left, right, parent, free,
+                               n_free, fold, n_folds, var_floor, z_max):
+    """Out-of-fold ``R_l(x_i)`` of every (training row, leaf) pair of positive weight
+    ``phi0 * sw``, in the order of `ferl.novelty.leaf_fit.fit_kernel`'s cross-fitted NLLs (leaves depth
+    first, left child first; a leaf's rows in firing order), each row scored on the free-feature
+    Gaussians refitted without its fold (`_fold_out_gaussians`).
+
+    ``U`` (n, d): the training inputs, standardised (``z`` is invariant to it). Returns an ndarray
+    of shape (m,), float64 >= 0.
+    """
+    mean, inv_sd = _fold_out_gaussians(U, sw, start, count, rows, phi0, fold, n_folds, var_floor)
+    n_nodes = feature.shape[0]
+    n_values = 0
+    for o in range(n_nodes):
+        if feature[o] < 0:
+            n_values += count[o]
+    values = np.empty(n_values)
+    m = 0
+    for o in depth_first(feature, left, right):
+        if feature[o] >= 0:
+            continue
+        for e in range(start[o], start[o] + count[o]):
+            r = rows[e]
+            if phi0[e] * sw[r] <= 0.0:
+                continue
+            k = fold[r]
+            values[m] = walk_path(U[r], o, parent, mean[k], inv_sd[k], free, n_free, z_max)
+            m += 1
+    return values[:m]
