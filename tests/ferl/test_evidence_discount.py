@@ -42,7 +42,8 @@ def test_the_discount_is_the_mixture_with_the_vacuous_mass_and_keeps_the_decisio
     assert out.ignorance[0] == pytest.approx(r * ev.ignorance[0] + (1 - r), abs=1e-12)
     np.testing.assert_allclose(out.pignistic, r * ev.pignistic + (1 - r) / N_CLASSES, atol=1e-12)
     if r > 1e-6:  # below, the spread of BetP drowns in round-off
-        assert np.argmax(out.pignistic) == np.argmax(ev.pignistic)
+        # the class chosen after is a most probable one before (classes tied within round-off may swap)
+        assert ev.pignistic[0, np.argmax(out.pignistic)] >= ev.pignistic.max() - 1e-12
     # a class never dominated before is never dominated after: the credal set only grows
     assert (out.credal_set >= ev.credal_set).all()
     assert out.ignorance[0] >= ev.ignorance[0] - 1e-15
