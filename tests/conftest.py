@@ -14,6 +14,29 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
+
+
+def _share_the_cores_between_workers() -> None:
+    """Under pytest-xdist, give each worker its own share of the cores (its affinity mask, which the
+    jobs' ``--threads`` default, the BLAS / OpenMP pools and child processes follow): two workers
+    that each ran two threads on two cores would thrash. Without xdist nothing changes."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if not worker.startswith("gw") or count < 2 or not hasattr(os, "sched_setaffinity"):
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    share = len(cores) // count
+    if share < 1:
+        return
+    index = int(worker[2:]) % count
+    os.sched_setaffinity(0, cores[index * share:(index + 1) * share])
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):  # pools started later
+        os.environ[var] = str(share)
+    threadpool_limits(limits=share)  # pools started already
+
+
+_share_the_cores_between_workers()
 
 REPO = Path(__file__).resolve().parents[1]
 #: A child that has not ended by then is killed and the test fails (a hung child must not hang CI).
