@@ -185,5 +185,5 @@ class CorruptedDataset(ConceptDataset):
         name, severity = self.corruptions[item], self.severities[item]
         out = corrupt(np.ascontiguousarray(pixels), name, severity,
                       corruption_seed(self.seed, name, severity, str(self.table.sample_ids[i])))
-        x = self.normalise(torch.from_numpy(out).permute(2, 0, 1).contiguous())
+        x = self.normalise(torch.tensor(out).permute(2, 0, 1).contiguous())  # a copy: `out` may be read-only
         return x, torch.from_numpy(self.table.concepts[i].astype(np.float32)), int(self.table.y[i])
