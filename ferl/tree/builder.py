@@ -15,15 +15,9 @@ import numpy as np
 
 from ferl.tree.binning import bin_features
 from ferl.tree.fuzzy_tree import SPLIT_FIXED, SPLIT_LEARNED, FuzzyTree
+from ferl.tree.gains import GAIN_CCI, GAIN_ENTROPY, GAIN_GINI
 from ferl.tree.pruning import cost_complexity_prune
-from ferl.tree.splitter import (
-    GAIN_CCI,
-    GAIN_ENTROPY,
-    GAIN_GINI,
-    best_fixed_split,
-    best_learned_split,
-    split_rows,
-)
+from ferl.tree.splitter import best_fixed_split, best_learned_split, split_rows
 
 __all__ = ["GrowthSettings", "grow_tree"]
 
@@ -179,8 +173,9 @@ class _Grower:
         if s.partition == "learned":
             b = self.bins
             f, theta, h, gain = best_learned_split(
-                b.codes, b.low, b.high, self.xt, self.y, rows, w, self.mult, self.n_classes,
-                s.width_factor, self.min_width, self.crit, self.total, s.min_leaf, limits.window,
+                b.codes, b.low, b.high, b.n_bins, self.xt, self.y, rows, w, self.mult,
+                self.n_classes, s.width_factor, self.min_width, self.crit, self.total, s.min_leaf,
+                limits.window,
             )
             if f < 0 or not np.isfinite(gain):
                 return None

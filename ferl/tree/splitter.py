@@ -1,4 +1,4 @@
-"""Split search kernels (numba): bootstrapped fuzzy cuts, fixed partitions, WGI, CCI and entropy gains.
+"""Split search kernels (numba): bootstrapped fuzzy cuts and fixed partitions, scored by `ferl.tree.gains`.
 
 Paper section 3.1 and appendix B. A node is its active rows (non-zero firing) and their weights;
 its cost is O(active rows), never O(training rows). Features are binned once per fit
@@ -13,90 +13,10 @@ import numpy as np
 from numba import njit
 
 from ferl.tree.binning import MAX_BINS
+from ferl.tree.gains import GAIN_ENTROPY, TIE_TOL, class_totals, plogp_sum, shoulder_gain, split_gain
 from ferl.tree.membership import trapezoid
 
-__all__ = ["GAIN_GINI", "GAIN_CCI", "GAIN_ENTROPY", "TIE_TOL", "best_learned_split", "best_fixed_split",
-           "split_gain", "split_rows"]
-
-GAIN_GINI = 0
-GAIN_CCI = 1
-GAIN_ENTROPY = 2
-#: Relative tolerance of float comparisons that rounding must not decide: two crisp-cut scores
-#: within it are a tie (the first cut wins), a child's weight within it of ``min_leaf`` is enough.
-TIE_TOL = 1e-12
-
-
-@njit(cache=True)
-def _plogp_sum(w):
-    """``sum_c w_c log w_c - W log W`` (= ``-W H(w / W)``) of a non-negative class-weight vector."""
-    total = w.sum()
-    out = 0.0
-    for k in range(w.shape[0]):
-        if w[k] > 0.0:
-            out += w[k] * np.log(w[k])
-    return out - total * np.log(total) if total > 0.0 else 0.0
-
-
-@njit(cache=True)
-def entropy_gain(wl, wr, wt):
-    """Weighted information gain ``W H(p) - WL H(pL) - WR H(pR)`` (nats) of class weights."""
-    return _plogp_sum(wl) + _plogp_sum(wr) - _plogp_sum(wt)
-
-
-@njit(cache=True)
-def split_gain(xs, ys, ws, a, b, c, d, n_classes, criterion, total_weight, min_leaf):
-    """Gain of the complementary fuzzy split ``(f is S, f is not S)`` over one node's samples.
-
-    Parameters
-    ----------
-    xs : ndarray of shape (m,), float64
-        Feature values of the node's active samples.
-    ys : ndarray of shape (m,), int64
-        Encoded labels in ``[0, n_classes)``.
-    ws : ndarray of shape (m,), float64
-        Sample weight x node firing (>= 0).
-    a, b, c, d : float
-        Trapezoid of the left ("is S") fuzzy set.
-    criterion : int
-        ``GAIN_GINI``: weighted Gini decrease ``W [G(p) - a G(pL) - (1-a) G(pR)] / W_total``, which
-        equals ``W a (1-a) ||pL - pR||^2 / W_total`` (appendix A.1, eq. 6). ``GAIN_CCI``: Complete
-        Classification Index, the change of correctly classified soft mass
-        ``(max_c WL_c + max_c WR_c - max_c W_c) / W_total``. ``GAIN_ENTROPY`` (beyond the paper,
-        see `ferl.presets`): information gain ``(W H(p) - WL H(pL) - WR H(pR)) / W_total``.
-    total_weight : float
-        Root soft weight, so gains are comparable across nodes.
-    min_leaf : float
-        Minimum soft weight of each child; below it (by more than a relative `TIE_TOL`, so that
-        the order of a sum never decides) the gain is ``-inf``.
-
-    Returns
-    -------
-    float
-        The gain, or ``-inf`` when a child would be lighter than ``min_leaf``.
-    """
-    wl = np.zeros(n_classes)
-    wt = np.zeros(n_classes)
-    for i in range(xs.shape[0]):
-        mu = trapezoid(xs[i], a, b, c, d)
-        wl[ys[i]] += ws[i] * mu
-        wt[ys[i]] += ws[i]
-    wr = wt - wl
-    sl = wl.sum()
-    st = wt.sum()
-    sr = st - sl
-    floor = min_leaf * (1.0 - TIE_TOL)
-    if sl < floor or sr < floor or st <= 0.0:
-        return -np.inf
-    if criterion == GAIN_CCI:
-        return (wl.max() + wr.max() - wt.max()) / total_weight
-    if criterion == GAIN_ENTROPY:
-        return entropy_gain(wl, wr, wt) / total_weight
-    alpha = sl / st
-    dist = 0.0
-    for k in range(n_classes):
-        diff = wl[k] / sl - wr[k] / sr
-        dist += diff * diff
-    return st * alpha * (1.0 - alpha) * dist / total_weight
+__all__ = ["best_learned_split", "best_fixed_split", "split_rows"]
 
 
 @njit(cache=True)
@@ -167,7 +87,7 @@ def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, 
     left and right class weights are updated in O(1) per moved sample
     (``(L + v)^2 = L^2 + v (2 L + v)``), so the sweep costs O(m B + bins B), with no factor of the
     number of classes. Scores within a relative `TIE_TOL` are ties and the lowest cut wins. Only
-    cuts in ``[lo, hi]`` are candidates.
+    cuts in ``[lo, hi]`` are candidates; the sweep stops at the first cut above ``hi``.
 
     Returns
     -------
@@ -181,6 +101,9 @@ def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, 
     best = np.full(n_boot, -1.0)
     cut = np.full(n_boot, np.nan)
     for u in range(used.shape[0] - 1):
+        here = 0.5 * (high_f[used[u]] + low_f[used[u + 1]])
+        if here > hi:  # the cuts increase with u: no later one is a candidate
+            break
         t = used[u]
         for pos in range(start[t], start[used[u + 1]]):
             j = perm[pos]
@@ -193,8 +116,7 @@ def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, 
                 sq_right[b] += v * (v - 2.0 * (totals[k, b] - lk))
                 left[k, b] = lk + v
                 wl[b] += v
-        here = 0.5 * (high_f[t] + low_f[used[u + 1]])
-        if here < lo or here > hi:
+        if here < lo:
             continue
         for b in range(n_boot):
             wr = wsum[b] - wl[b]
@@ -208,16 +130,19 @@ def _bootstrap_cuts(perm, start, used, low_f, high_f, ys, w, mult_node, totals, 
 
 
 @njit(cache=True)
-def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_factor, min_width,
-                       criterion, total_weight, min_leaf, window):
+def best_learned_split(codes, low, high, n_bins, xt, y, rows, w, mult, n_classes, width_factor,
+                       min_width, criterion, total_weight, min_leaf, window):
     """Best learned fuzzy split of one node (paper eq. 1-2, appendix B).
 
     For every feature, each of the B bootstrap resamples gives its Gini-optimal crisp cut ``c_b``
     (one sweep over the node's rows in bin order with weights ``w x multiplicity``, see
     `_bootstrap_cuts`); ``theta = median_b c_b`` and ``h = max(width_factor * MAD, min_width[f])``.
     The fuzzy split is scored on the node's (non-resampled) weights and raw values with
-    `split_gain`. Cuts are exact to the bin resolution (`ferl.tree.binning`): on a feature with at most
-    255 distinct training values they are those of a search over the sorted values.
+    `ferl.tree.gains.shoulder_gain`; the node's class totals it compares the children with are
+    taken once for all features. A feature whose window leaves no cut between its bins is skipped
+    (after a cut whose band spans the feature's values, both children are closed to it). Cuts are
+    exact to the bin resolution (`ferl.tree.binning`): on a feature with at most 255 distinct
+    training values they are those of a search over the sorted values.
 
     Parameters
     ----------
@@ -225,6 +150,8 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
         Bin of every training row (`ferl.tree.binning.BinnedFeatures`).
     low, high : ndarray of shape (d, MAX_BINS), float64
         Value range of every bin.
+    n_bins : ndarray of shape (d,), int64
+        Bins used by each feature.
     xt : ndarray of shape (d, n), float64
         Raw training values, feature-major.
     y : ndarray of shape (n,), int64
@@ -240,7 +167,7 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
     min_width : ndarray of shape (d,), float64
         Documented minimum half-width per feature (guards h = 0).
     criterion, total_weight, min_leaf
-        As in `split_gain`.
+        As in `ferl.tree.gains.split_gain`.
     window : ndarray of shape (d, 2), float64
         Free interval ``(lo, hi)`` of each feature between the fuzzy bands of the ancestors' cuts
         on it: crisp cuts are searched in ``[lo + min_width, hi - min_width]`` and ``h`` is capped
@@ -260,27 +187,29 @@ def best_learned_split(codes, low, high, xt, y, rows, w, mult, n_classes, width_
     for j in range(m):
         mult_node[j] = mult[rows[j]]
     totals, wsum, sq_total = _bootstrap_totals(ys, w, mult_node, n_local)
+    wt = class_totals(ys, w, n_local)
+    plogp_total = plogp_sum(wt) if criterion == GAIN_ENTROPY else 0.0
     thetas = np.full(d, np.nan)
     widths = np.full(d, np.nan)
     gains = np.full(d, -np.inf)
     for f in range(d):
+        lo, hi = window[f, 0] + min_width[f], window[f, 1] - min_width[f]
+        if hi < lo or hi < low[f, 0] or lo > high[f, n_bins[f] - 1]:
+            continue  # every cut lies between the feature's smallest and largest value
         perm, start, used = _bin_order(codes[f], rows)
         if used.shape[0] < 2:
             continue
         cuts = _bootstrap_cuts(perm, start, used, low[f], high[f], ys, w, mult_node, totals, wsum,
-                               sq_total, window[f, 0] + min_width[f], window[f, 1] - min_width[f])
+                               sq_total, lo, hi)
         if cuts.shape[0] == 0:
             continue
         theta = np.median(cuts)
         h = max(width_factor * np.median(np.abs(cuts - theta)), min_width[f])
         h = min(h, theta - window[f, 0], window[f, 1] - theta)
-        xs = np.empty(m)
-        for j in range(m):
-            xs[j] = xt[f, rows[j]]
         thetas[f] = theta
         widths[f] = h
-        gains[f] = split_gain(xs, ys, w, -np.inf, -np.inf, theta - h, theta + h, n_local,
-                              criterion, total_weight, min_leaf)
+        gains[f] = shoulder_gain(xt[f], rows, ys, w, wt, plogp_total, theta - h, theta + h,
+                                 criterion, total_weight, min_leaf)
     best_f = -1
     best_gain = -np.inf
     for f in range(d):

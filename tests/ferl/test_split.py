@@ -7,8 +7,17 @@ from hypothesis import strategies as st
 
 from ferl.tree.binning import bin_features
 from ferl.tree.fuzzy_tree import membership
+from ferl.tree.gains import (
+    GAIN_CCI,
+    GAIN_ENTROPY,
+    GAIN_GINI,
+    class_totals,
+    plogp_sum,
+    shoulder_gain,
+    split_gain,
+)
 from ferl.tree.partitions import SET_NAMES, fixed_partitions
-from ferl.tree.splitter import GAIN_CCI, GAIN_GINI, best_learned_split, split_gain
+from ferl.tree.splitter import best_learned_split
 
 
 @settings(max_examples=80, deadline=None)
@@ -54,6 +63,61 @@ def test_min_leaf_rejects_light_children():
     assert gain == -np.inf
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), criterion=st.sampled_from([GAIN_GINI, GAIN_CCI, GAIN_ENTROPY]),
+       theta=st.floats(0.05, 0.95), h=st.floats(1e-3, 0.6), min_leaf=st.floats(0.0, 5.0))
+def test_the_shoulder_gain_is_the_trapezoids_bit_for_bit(seed, criterion, theta, h, min_leaf):
+    """The split search's branch-free shoulder scores a node as `split_gain` does, to the last bit,
+    with values on both edges of the band, inside it and outside, and a subset of the rows."""
+    rng = np.random.default_rng(seed)
+    n, n_local = 80, 4
+    x = np.concatenate([rng.random(n - 4), [theta - h, theta + h, 0.0, 1.0]])
+    rows = np.sort(rng.choice(n, 50, replace=False)).astype(np.int64)
+    ys = rng.integers(0, n_local, rows.size).astype(np.int64)
+    ws = rng.random(rows.size) + 0.01
+    wt = class_totals(ys, ws, n_local)
+    expected = split_gain(x[rows], ys, ws, -np.inf, -np.inf, theta - h, theta + h, n_local, criterion,
+                          3.0, min_leaf)
+    got = shoulder_gain(x, rows, ys, ws, wt, plogp_sum(wt), theta - h, theta + h, criterion, 3.0,
+                        min_leaf)
+    assert got == expected
+
+
+def test_a_band_below_the_values_rounding_is_the_trapezoids_step():
+    """A band narrower than the rounding of theta (``theta - h == theta + h``) is scored as a step."""
+    x = np.array([0.2, 0.5, 0.5, 0.8])
+    ys = np.array([0, 0, 1, 1], dtype=np.int64)
+    ws = np.ones(4)
+    rows = np.arange(4, dtype=np.int64)
+    wt = class_totals(ys, ws, 2)
+    expected = split_gain(x, ys, ws, -np.inf, -np.inf, 0.5, 0.5, 2, GAIN_GINI, 4.0, 0.0)
+    got = shoulder_gain(x, rows, ys, ws, wt, 0.0, 0.5 - 1e-300, 0.5 + 1e-300, GAIN_GINI, 4.0, 0.0)
+    assert got == expected
+    assert np.isfinite(expected) and expected > 0
+
+
+def test_a_feature_closed_by_its_window_is_not_searched():
+    """A window that leaves no cut between the feature's values closes it; the others still split."""
+    X = np.column_stack([np.repeat([0.0, 1.0], 20), np.tile([0.0, 1.0], 20)])
+    y = np.repeat([0, 1], 20).astype(np.int64)
+    xt = np.ascontiguousarray(X.T)
+    bins = bin_features(xt, np.arange(40))
+    mult = np.ones((40, 3), dtype=np.uint8)
+    rows = np.arange(40, dtype=np.int64)
+
+    def search(window):
+        return best_learned_split(bins.codes, bins.low, bins.high, bins.n_bins, xt, y, rows, np.ones(40),
+                                  mult, 2, 2.0, np.full(2, 0.1), GAIN_GINI, 40.0, 1.0, window)
+
+    open_ = np.tile([-np.inf, np.inf], (2, 1))
+    assert search(open_)[0] == 0  # feature 0 separates the classes
+    closed = open_.copy()
+    closed[0] = [-np.inf, 0.05]  # cuts on feature 0 would have to lie below 0.05 - 0.1
+    assert search(closed)[0] == 1
+    closed[1] = [0.95, np.inf]
+    assert search(closed)[0] == -1
+
+
 def _search(X, y, w, mult, min_width, rows=None, width_factor=2.0, min_leaf=1.0):
     """`best_learned_split` on rows ``rows`` (default: all) with bins over all of X."""
     X = np.asarray(X, dtype=np.float64).reshape(len(y), -1)
@@ -63,7 +127,7 @@ def _search(X, y, w, mult, min_width, rows=None, width_factor=2.0, min_leaf=1.0)
     bins = bin_features(xt, np.arange(len(y)))
     w = np.asarray(w, dtype=np.float64)
     return best_learned_split(
-        bins.codes, bins.low, bins.high, xt, y, rows, w[rows], np.ascontiguousarray(mult.T),
+        bins.codes, bins.low, bins.high, bins.n_bins, xt, y, rows, w[rows], np.ascontiguousarray(mult.T),
         int(y.max()) + 1, width_factor, np.asarray(min_width, dtype=np.float64), GAIN_GINI,
         float(w.sum()), min_leaf, np.tile([-np.inf, np.inf], (X.shape[1], 1)),
     )
