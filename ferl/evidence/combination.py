@@ -23,10 +23,13 @@ mantissa-exponent product where ``prod_l b_l`` is below 1e-290, so that none und
 that loses at most one bit, so a mass, plausibility or ignorance carries a relative error of a few
 ``C`` units in the last place (``C`` classes), plus the conditioning of ``exp(-w)`` on the rounding
 of the weights (``|w| eps``) that every evaluation shares, and an absolute 1e-300 where it
-underflows. Measured against the log-domain evaluation it replaced (kept in the tests), the masses
-and plausibilities agree to a relative 1e-13 (absolute 1e-300), the pignistic probabilities to
-`BETP_TOL` plus 1e-15 and the conflict to an absolute 1e-14; the energy is scipy's ``logsumexp``,
-bit for bit. Timings: docs/results/speed.md.
+underflows. Against the log-domain evaluation it replaced (kept in tests/ferl/test_combination.py,
+which checks these bounds), with ``W`` the row's largest ``w+`` plus its largest ``w-``: the masses
+and plausibilities agree to a relative ``(10 + C + W) 1e-15`` (absolute 1e-300; the ignorance also
+``+ 1e-15 sum_k w-_k``, the conditioning of ``exp(-sum_k w-_k)``), the pignistic probabilities and
+the conflict to that absolute (BetP ``+ 2 BETP_TOL``, the quadrature's node count may differ).
+The 10 covers the log domain's own rounding. The energy is scipy's ``logsumexp``, bit for bit.
+Timings and the differences measured on the benchmark sets: docs/results/speed.md.
 """
 
 from __future__ import annotations
