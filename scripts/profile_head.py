@@ -51,9 +51,9 @@ PHASES = {
     "read-out": (
         ("firing", (("tree/fuzzy_tree.py", "sparse_firing"),)),
         ("weight sums (two products)", (("evidence/weights.py", "_weight_sums"),)),
-        ("pignistic integral (quadrature)", (("evidence/weights.py", "_pignistic_integrals"),)),
-        ("combination, the rest (logs, exps)", (("evidence/weights.py", "_combine"),)),
-        ("energy (logsumexp)", (("evidence/weights.py", "evidence_from_weights"),)),
+        ("combination, pignistic integral, energy (one kernel)",
+         (("evidence/combination.py", "combine_weights"),)),
+        ("evidence from weights, the rest", (("evidence/weights.py", "evidence_from_weights"),)),
         ("novelty scores (leaf, typical, joint)", (("novelty/ood_score.py", "score_totals"),
                                                    ("novelty/prototypes.py", "prototype_kind"),
                                                    ("novelty/ood_score.py", "joint_score"))),
@@ -62,9 +62,8 @@ PHASES = {
 }
 #: Phases whose functions call those of other phases: their time is net of those.
 NESTED = {"tree growth, the rest (binning, children's rows)": ("split search (bootstrap cuts, gains)",),
-          "combination, the rest (logs, exps)": ("pignistic integral (quadrature)",),
-          "energy (logsumexp)": ("weight sums (two products)", "pignistic integral (quadrature)",
-                                 "combination, the rest (logs, exps)")}
+          "evidence from weights, the rest": ("weight sums (two products)",
+                                              "combination, pignistic integral, energy (one kernel)")}
 
 
 def cumulative(stats: pstats.Stats, suffix: str, name: str) -> float:

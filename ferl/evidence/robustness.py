@@ -24,8 +24,8 @@ log-plausibility ``w_t - w_c`` (the plausibility is proportional to ``exp(w_k)``
 Where it exceeds ``g + delta``, ``BetP(t) >= exp(delta) BetP(c)`` and, ``t`` leading,
 ``BetP(t) >= 1 / C``, so ``BetP(t) - BetP(c) >= (1 - exp(-delta)) / C``; `ORDER_GAP` sets ``delta``
 so that this gap is ten times the mass the read-out may leave out of each class's BetP
-(`_BETWEEN_TOL` of `ferl.evidence.weights`): the computed BetP ranks ``t`` first too, by at least
-``ORDER_GAP - _BETWEEN_TOL``, and so does a uniform Shafer discount of it by a reliability of at least
+(`ferl.evidence.combination.BETWEEN_TOL`): the computed BetP ranks ``t`` first too, by at least
+``ORDER_GAP - BETWEEN_TOL``, and so does a uniform Shafer discount of it by a reliability of at least
 `DISCOUNT_FLOOR` (the product's operating point, `cbm.heads.operating.decide`), which scales that
 lead by the reliability and adds the same ``(1 - r) / C`` to every class.
 
@@ -67,7 +67,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ferl.evidence.weights import _BETWEEN_TOL, EvidenceWeights, evidence_from_weights
+from ferl.evidence.combination import BETWEEN_TOL
+from ferl.evidence.weights import EvidenceWeights, evidence_from_weights
 from ferl.tree.fuzzy_tree import FuzzyTree
 from ferl.tree.membership import support_gate, trapezoid
 
@@ -76,12 +77,12 @@ __all__ = ["BISECTIONS", "DISCOUNT_FLOOR", "ORDER_GAP", "bridge_gap", "source_bo
 #: Halvings of the bracket of the certified radius.
 BISECTIONS = 30
 #: The smallest BetP gap over the runner-up that a certified class keeps (module docstring, part 1).
-ORDER_GAP = 10 * _BETWEEN_TOL
+ORDER_GAP = 10 * BETWEEN_TOL
 #: The smallest reliability ``r`` of a uniform Shafer discount (``BetP^r = r BetP + (1 - r) / C``,
 #: `ferl.evidence.discount_evidence`) that keeps the certified class BetP's arg-max in float64: the
-#: computed BetP of the certified class leads by at least ``ORDER_GAP - _BETWEEN_TOL`` (module
+#: computed BetP of the certified class leads by at least ``ORDER_GAP - BETWEEN_TOL`` (module
 #: docstring, part 1), ``r`` times which must exceed the rounding of the discounted BetP (far below 1e-14).
-DISCOUNT_FLOOR = 1e-14 / (ORDER_GAP - _BETWEEN_TOL)
+DISCOUNT_FLOOR = 1e-14 / (ORDER_GAP - BETWEEN_TOL)
 
 
 def bridge_gap(w_plus: np.ndarray, n_classes: int) -> np.ndarray:

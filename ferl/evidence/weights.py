@@ -31,17 +31,15 @@ integrand is nearly of low degree).
 
 from __future__ import annotations
 
-import functools
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
-from scipy.special import logsumexp
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 from ferl.evidence.algebra import Evidence
+from ferl.evidence.combination import BETP_TOL, combine_weights, energies, legendre_table
 
 __all__ = ["BETP_TOL", "PENALTY_C", "EvidenceWeights", "evidence_energy", "evidence_from_weights",
            "fit_evidence_weights", "rule_sources"]
@@ -50,11 +48,6 @@ __all__ = ["BETP_TOL", "PENALTY_C", "EvidenceWeights", "evidence_energy", "evide
 PENALTY_C = 1.0
 #: Iterations of the weights' lbfgs fit.
 _MAX_ITER = 3000
-#: Largest change of a pignistic probability that fewer quadrature nodes may make (`_quadrature_nodes`).
-BETP_TOL = 1e-15
-#: Rows whose mass off the singletons and Theta is below this get BetP = m({c}) + m(Theta) / C
-#: without the integral: the mass left out bounds the error of every class's BetP.
-_BETWEEN_TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -129,101 +122,6 @@ def fit_evidence_weights(sources: np.ndarray, y: np.ndarray, sample_weight: np.n
     return EvidenceWeights(coef=coef, intercept=intercept)
 
 
-@functools.cache
-def _legendre_table(n_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights on [0, 1], row ``k`` the ``k``-node rule (zero-padded), for
-    ``k <= n_classes // 2 + 1``: the most a pignistic integrand of ``n_classes`` factors needs."""
-    size = n_classes // 2 + 1
-    nodes, weights = np.zeros((size + 1, size)), np.zeros((size + 1, size))
-    for k in range(1, size + 1):
-        nodes[k, :k], weights[k, :k] = _legendre_rule(k)
-    return nodes, weights
-
-
-@functools.cache
-def _legendre_rule(k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k``-node Gauss-Legendre rule on [0, 1] (every table reuses it)."""
-    t, w = np.polynomial.legendre.leggauss(k)
-    return (t + 1.0) / 2.0, w / 2.0
-
-
-@njit(cache=True)
-def _quadrature_nodes(m, total, exact):
-    """The fewest Gauss-Legendre nodes, at most ``exact``, whose error on the pignistic integrals
-    of ``m`` factors with ``a`` summing to ``total`` is at most `BETP_TOL` / ``m``.
-
-    In ``s = 1 - t`` the integrand ``prod_l (1 - a_l s)`` has the coefficients ``(-1)^j e_j(a)``
-    (elementary symmetric polynomials, ``e_j <= total^j / j!``); ``k`` nodes integrate ``s^j`` exactly
-    up to ``j = 2k - 1`` and, above, with an error below 1 (both the integral and the rule lie in
-    (0, 1)). So the error is at most the tail ``sum_{j >= 2k} total^j / j!``, bounded by its first
-    term over ``1 - total / (2k + 1)``. BetP multiplies an integral by at most ``m`` (the integral is
-    at least ``1 / m``, its product with the factor at most 1): BetP moves by at most `BETP_TOL`."""
-    term = 1.0  # total^j / j!
-    j = 0
-    for k in range(1, exact):
-        while j < 2 * k:
-            j += 1
-            term *= total / j
-        if j + 1 > total and m * term / (1.0 - total / (j + 1)) <= BETP_TOL:
-            return k
-    return exact
-
-
-@njit(cache=True)
-def _pignistic_integrals(a, nodes, weights):
-    """``integral_0^1 prod_{l != k} (1 - a_l + a_l t) dt`` for every row and class (n, C).
-
-    Factors with ``a_l <= 1e-15`` are 1 to within it and are left out (the integrand's degree
-    is the number ``m`` of classes not refuted outright); a class left out gets the integral over
-    the others, its own factor being 1. Gauss-Legendre quadrature with ``m // 2 + 1`` nodes is exact;
-    where the ``a_l`` sum to little the integrand is nearly of low degree and fewer nodes
-    (`_quadrature_nodes`) are within `BETP_TOL` / ``m`` of it. At each node the products over
-    ``l != k`` are a prefix product times a suffix product (three multiplications per factor, no
-    logs, no division). The factors ``b_l + a_l t`` lie in ``[t, 1]``: a product that underflows is
-    below 1e-300 while every integral is at least ``integral_0^1 t^(C-1) dt = 1 / C``, so the
-    underflow is far below the rounding of the result."""
-    n, n_classes = a.shape
-    out = np.empty((n, n_classes))
-    kept = np.empty(n_classes, dtype=np.int64)
-    a_kept = np.empty(n_classes)
-    prefix = np.empty(n_classes + 1)
-    acc = np.empty(n_classes)
-    for i in range(n):
-        m = 0
-        total = 0.0
-        for k in range(n_classes):
-            if a[i, k] > 1e-15:
-                kept[m] = k
-                a_kept[m] = a[i, k]
-                total += a[i, k]
-                m += 1
-        acc[:m] = 0.0
-        every = 0.0  # the quadrature of the product over every kept factor
-        n_nodes = _quadrature_nodes(m, total, m // 2 + 1)
-        for q in range(n_nodes):
-            s = 1.0 - nodes[n_nodes, q]
-            prefix[0] = weights[n_nodes, q]
-            for j in range(m):
-                prefix[j + 1] = prefix[j] * (1.0 - a_kept[j] * s)
-            every += prefix[m]
-            suffix = 1.0
-            for j in range(m - 1, -1, -1):
-                acc[j] += prefix[j] * suffix
-                suffix *= 1.0 - a_kept[j] * s
-        out[i] = every
-        for j in range(m):
-            out[i, kept[j]] = acc[j]
-    return out
-
-
-def _log1mexp(w: np.ndarray) -> np.ndarray:
-    """``log(1 - exp(-w))`` for ``w >= 0``, -inf at ``w = 0``, to full precision for every ``w``:
-    ``log(-expm1(-w))`` below ``log 2``, ``log1p(-exp(-w))`` above (Mächler 2012, "Accurately
-    computing log(1 - exp(-|a|))"); the first alone rounds to 0 from ``w`` of about 37 on."""
-    with np.errstate(divide="ignore"):
-        return np.where(w > np.log(2.0), np.log1p(-np.exp(-w)), np.log(-np.expm1(-w)))
-
-
 def evidence_from_weights(weights: EvidenceWeights, sources: np.ndarray, energy: bool = False):
     """The Dempster combination of the weighted sources (Denœux 2019, section 4), exactly.
 
@@ -237,12 +135,14 @@ def evidence_from_weights(weights: EvidenceWeights, sources: np.ndarray, energy:
     * ``Pl({k}) = a_k (1 + E_k) / (q Z)``, proportional to ``exp(w+_k - w-_k)``: the softmax,
     * ``BetP(k) = m({k}) + m(Theta) / C + a_k / (q Z) * integral_0^1 [prod_{l != k} (b_l + a_l t) -
       prod_{l != k} b_l] dt - m(Theta) / C``, the integral by Gauss-Legendre quadrature (a
-      polynomial in t of degree C - 1: exact, or within `BETP_TOL` of it, `_pignistic_integrals`),
+      polynomial in t of degree C - 1: exact, or within `BETP_TOL` of it,
+      `ferl.evidence.combination.pignistic_integrals`),
     * the conflict ``1 - exp(-sum_k w+_k) q Z`` (sources on distinct singletons, every class
       refuted, and the two parts against each other).
 
-    Everything is computed in logs with a common factor ``exp(-max_k w+_k)``, so large weights
-    neither overflow nor lose the small masses.
+    One compiled pass evaluates these in arithmetic rather than logs, with common factors that keep
+    large weights from overflowing or losing the small masses (`ferl.evidence.combination`, which
+    states its accuracy).
 
     Parameters
     ----------
@@ -263,8 +163,11 @@ def evidence_from_weights(weights: EvidenceWeights, sources: np.ndarray, energy:
     if weights.coef.shape[0] < 2:
         raise ValueError(f"the weights of evidence need at least 2 classes, got {weights.coef.shape[0]}")
     w_plus, w_minus = _weight_sums(weights, sources)
-    evidence = _combine(w_plus, w_minus)
-    return (evidence, -logsumexp(w_plus - w_minus, axis=1)) if energy else evidence
+    mass, between_pl, between_betp, ignorance, conflict, energies_ = combine_weights(
+        w_plus, w_minus, *legendre_table(w_plus.shape[1]), energy)
+    evidence = Evidence(mass=mass, ignorance=ignorance, conflict=conflict, between_pl=between_pl,
+                        between_betp=between_betp)
+    return (evidence, energies_) if energy else evidence
 
 
 def _weight_sums(weights: EvidenceWeights, sources: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -272,46 +175,6 @@ def _weight_sums(weights: EvidenceWeights, sources: np.ndarray) -> tuple[np.ndar
     pos, neg = np.maximum(weights.coef, 0.0), np.maximum(-weights.coef, 0.0)
     return (sources @ pos.T + np.maximum(weights.intercept, 0.0),
             sources @ neg.T + np.maximum(-weights.intercept, 0.0))
-
-
-def _combine(w_plus: np.ndarray, w_minus: np.ndarray) -> Evidence:
-    """`evidence_from_weights` from the summed positive and negative weights, (n, C) each."""
-    n, n_classes = w_plus.shape
-    log_a, log_b = -w_minus, _log1mexp(w_minus)
-    zero_b = np.isinf(log_b)
-    n_zero = zero_b.sum(axis=1, keepdims=True)
-    log_b_sum = np.where(zero_b, 0.0, log_b).sum(axis=1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        log_q = np.log(-np.expm1(np.where(n_zero[:, 0] > 0, -np.inf, log_b_sum[:, 0])))  # log(1 - prod b)
-    # every class refuted past exp(-w) ~ 1e-290: prod b rounds to 1, and q = sum_k a_k to within it
-    tiny = (n_zero[:, 0] == 0) & (log_b_sum[:, 0] > -1e-290)
-    log_q[tiny] = logsumexp(log_a[tiny], axis=1)
-    top = w_plus.max(axis=1, keepdims=True)
-    log_e = np.where(w_plus > 0, w_plus + _log1mexp(w_plus), -np.inf) - top
-    # log of prod_{l != k} b_l: 0 factors other than b_k's make it 0
-    log_loo = np.where(n_zero == 0, log_b_sum - np.where(zero_b, 0.0, log_b),
-                       np.where((n_zero == 1) & zero_b, log_b_sum, -np.inf))
-    log_z = np.logaddexp(-top[:, 0], logsumexp(log_e + log_a - log_q[:, None], axis=1))
-    log_norm = log_q + log_z  # log(q Z) in units of exp(-top)
-    mass = np.exp(log_a + np.logaddexp(log_loo - top, log_e) - log_norm[:, None])
-    pl = np.exp(log_a + np.logaddexp(-top, log_e) - log_norm[:, None])
-    ignorance = np.exp(log_a.sum(axis=1) - top[:, 0] - log_norm)
-    between_pl = np.maximum(pl - mass - ignorance[:, None], 0.0)
-    between_betp = np.zeros_like(mass)
-    rest = 1.0 - mass.sum(axis=1) - ignorance
-    rows = np.flatnonzero(rest > _BETWEEN_TOL)
-    if rows.size:
-        nodes, weights_q = _legendre_table(n_classes)
-        integral = _pignistic_integrals(np.exp(log_a[rows]), nodes, weights_q)
-        scale = np.exp(log_a[rows] - top[rows] - log_norm[rows, None])
-        # the sum over A with k in A and |A| >= 2 includes Theta, whose share m(Theta) / C BetP has already
-        between_betp[rows] = np.maximum(scale * (integral - np.exp(log_loo[rows]))
-                                        - ignorance[rows, None] / n_classes, 0.0)
-    # 1 - conflict = exp(-sum_k w+_k) q Z: the positive sources' (on distinct singletons), the negative
-    # ones' (every class refuted) and the two parts' conflicts
-    conflict = np.clip(-np.expm1(-w_plus.sum(axis=1) + log_norm + top[:, 0]), 0.0, 1.0)
-    return Evidence(mass=mass, ignorance=ignorance, conflict=conflict, between_pl=between_pl,
-                    between_betp=between_betp)
 
 
 def evidence_energy(weights: EvidenceWeights, sources: np.ndarray) -> np.ndarray:
@@ -324,6 +187,5 @@ def evidence_energy(weights: EvidenceWeights, sources: np.ndarray) -> np.ndarray
     weights : EvidenceWeights
     sources : ndarray of shape (n, n_sources), float64 in [0, 1]
     """
-    w_plus, w_minus = _weight_sums(weights, sources)  # as `evidence_from_weights(energy=True)`, bit for bit
-    return -logsumexp(w_plus - w_minus, axis=1)
+    return energies(*_weight_sums(weights, sources))  # as `evidence_from_weights(energy=True)`, bit for bit
 

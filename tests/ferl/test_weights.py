@@ -10,14 +10,11 @@ from sklearn.datasets import make_classification
 from sklearn.linear_model import LogisticRegression
 
 from ferl import FERLClassifier
+from ferl.evidence.combination import legendre_rule, legendre_table, pignistic_integrals, quadrature_nodes
 from ferl.evidence.conformal import coverage_set
 from ferl.evidence.weights import (
     BETP_TOL,
     EvidenceWeights,
-    _legendre_rule,
-    _legendre_table,
-    _pignistic_integrals,
-    _quadrature_nodes,
     evidence_from_weights,
     fit_evidence_weights,
     rule_sources,
@@ -127,8 +124,8 @@ def test_pignistic_integral_is_exact_where_its_products_underflow(n_classes):
     A class refuted outright (``a = 0``) gets the integral over the others, ``1 / (C - 1)`` here."""
     a = np.ones((2, n_classes))
     a[1, 0] = 0.0
-    nodes, weights = _legendre_table(n_classes)
-    out = _pignistic_integrals(a, nodes, weights)
+    nodes, weights = legendre_table(n_classes)
+    out = pignistic_integrals(a, nodes, weights)
     np.testing.assert_allclose(out[0], 1.0 / n_classes, rtol=1e-10)
     np.testing.assert_allclose(out[1, 1:], 1.0 / (n_classes - 1), rtol=1e-10)
     assert out[1, 0] == pytest.approx(1.0 / n_classes, rel=1e-10)
@@ -137,10 +134,10 @@ def test_pignistic_integral_is_exact_where_its_products_underflow(n_classes):
 def test_fewer_nodes_only_where_the_integrand_is_nearly_of_low_degree():
     """200 factors (101 nodes exact): a few nodes where the ``a`` sum to a few units, all 101 where
     they sum to 200, the most a sum can be."""
-    assert _quadrature_nodes(200, 0.5, 101) <= 10
-    assert 10 < _quadrature_nodes(200, 4.0, 101) <= 20
-    assert _quadrature_nodes(200, 200.0, 101) == 101
-    assert _quadrature_nodes(0, 0.0, 1) == 1
+    assert quadrature_nodes(200, 0.5, 101) <= 10
+    assert 10 < quadrature_nodes(200, 4.0, 101) <= 20
+    assert quadrature_nodes(200, 200.0, 101) == 101
+    assert quadrature_nodes(0, 0.0, 1) == 1
 
 
 @pytest.mark.parametrize("total", [0.05, 1.0, 4.0, 15.0])
@@ -150,9 +147,9 @@ def test_pignistic_integrals_with_fewer_nodes_stay_within_the_tolerance(total):
     rng = np.random.default_rng(int(total * 100))
     a = rng.dirichlet(np.ones(200), size=20) * total
     a[:, :5] = np.minimum(a[:, :5] * 50, 1.0)  # a few classes far less refuted than the rest
-    nodes, weights = _legendre_table(200)
-    out = _pignistic_integrals(a, nodes, weights)
-    t, w = _legendre_rule(128)
+    nodes, weights = legendre_table(200)
+    out = pignistic_integrals(a, nodes, weights)
+    t, w = legendre_rule(128)
     factors = 1.0 - a[:, :, None] * (1.0 - t)  # (rows, classes, nodes)
     every = np.prod(factors, axis=1, keepdims=True)
     exact = np.einsum("ikq,q->ik", every / factors, w)
