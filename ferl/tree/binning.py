@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 __all__ = ["MAX_BINS", "BinnedFeatures", "bin_features"]
 
@@ -43,16 +44,47 @@ class BinnedFeatures:
     n_bins: np.ndarray
 
 
-def _group_values(counts: np.ndarray) -> np.ndarray:
-    """Bin of each distinct value (sorted), consecutive from 0: one per value when they are few,
-    else ``floor(MAX_BINS x (rows below + half its rows) / rows)``, the quantile bin of the
-    value's middle row. Bins hold about ``rows / MAX_BINS`` rows and a value more than twice as
-    heavy as that (e.g. a bound that clipping piles rows on) gets a bin of its own."""
-    if len(counts) <= MAX_BINS:
-        return np.arange(len(counts))
-    middle = 2 * np.cumsum(counts) - counts  # twice (rows below + half the value's rows)
-    raw = middle * MAX_BINS // (2 * int(counts.sum()))
-    return np.unique(raw, return_inverse=True)[1]
+@njit(cache=True)
+def _bin_feature(values_f, positive, codes_f, low_f, high_f):
+    """Bin one feature (see `bin_features`): fills its codes and bin ranges, returns its bin count.
+
+    The distinct values of the positive-weight rows are grouped one per bin when they are at most
+    `MAX_BINS`, else by ``floor(MAX_BINS x (rows below + half its rows) / rows)``, the quantile bin
+    of the value's middle row (integer arithmetic on twice the counts). Bins hold about ``rows /
+    MAX_BINS`` rows and a value more than twice as heavy as that (e.g. a bound that clipping piles
+    rows on) gets a bin of its own."""
+    m = positive.shape[0]
+    xs = np.empty(m)
+    for j in range(m):
+        xs[j] = values_f[positive[j]]
+    xs.sort()
+    distinct = np.empty(m)  # the sorted distinct values and their row counts
+    counts = np.empty(m, dtype=np.int64)
+    n_distinct = 0
+    for j in range(m):
+        if n_distinct > 0 and xs[j] == distinct[n_distinct - 1]:
+            counts[n_distinct - 1] += 1
+        else:
+            distinct[n_distinct] = xs[j]
+            counts[n_distinct] = 1
+            n_distinct += 1
+    nb = 0
+    below = 0  # rows below the value
+    previous = -1
+    for v in range(n_distinct):
+        if n_distinct <= MAX_BINS:
+            raw = v
+        else:
+            raw = (2 * below + counts[v]) * MAX_BINS // (2 * m)
+        below += counts[v]
+        if raw != previous:  # the raw bins increase with the value: a new bin
+            low_f[nb] = distinct[v]
+            nb += 1
+            previous = raw
+        high_f[nb - 1] = distinct[v]
+    for i in range(values_f.shape[0]):
+        codes_f[i] = min(np.searchsorted(high_f[:nb], values_f[i], side="left"), nb - 1)
+    return nb
 
 
 def bin_features(xt: np.ndarray, positive: np.ndarray) -> BinnedFeatures:
@@ -74,14 +106,7 @@ def bin_features(xt: np.ndarray, positive: np.ndarray) -> BinnedFeatures:
     low = np.full((d, MAX_BINS), np.nan)
     high = np.full((d, MAX_BINS), np.nan)
     n_bins = np.empty(d, dtype=np.int64)
-    for f in range(d):
-        values, counts = np.unique(xt[f, positive], return_counts=True)
-        group = _group_values(counts)
-        nb = int(group[-1]) + 1
-        first = np.searchsorted(group, np.arange(nb), side="left")
-        last = np.searchsorted(group, np.arange(nb), side="right") - 1
-        low[f, :nb] = values[first]
-        high[f, :nb] = values[last]
-        n_bins[f] = nb
-        codes[f] = np.minimum(np.searchsorted(high[f, :nb], xt[f], side="left"), nb - 1)
+    positive = np.asarray(positive, dtype=np.int64)
+    for f in range(d):  # one compiled call per feature: a copy of one feature's values at a time
+        n_bins[f] = _bin_feature(xt[f], positive, codes[f], low[f], high[f])
     return BinnedFeatures(codes, low, high, n_bins)

@@ -73,6 +73,8 @@ def _class_distribution(y, w, n_classes):
 
 #: Percentiles whose distance is a feature's spread, the unit of ``min_width``.
 _SPREAD_PERCENTILES = (1.0, 99.0)
+#: Values per block of features whose percentiles `_feature_spread` takes in one call.
+_SPREAD_VALUES = 1 << 20
 
 
 def _feature_spread(xt: np.ndarray, positive: np.ndarray) -> np.ndarray:
@@ -81,14 +83,16 @@ def _feature_spread(xt: np.ndarray, positive: np.ndarray) -> np.ndarray:
 
     The unit of the minimum half-width of learned splits: on a skewed feature (most values near 0,
     a few far outliers) a fraction of the range would put nearly every sample inside one band.
-    One feature at a time, so that the copy the percentiles sort is one feature's.
+    Features are taken `_SPREAD_VALUES` values at a time (one numpy call per block, the same
+    percentiles as feature by feature), so that the copy the percentiles sort stays small.
     """
     every = positive.size == xt.shape[1]
     spread = np.empty(xt.shape[0])
-    for f in range(xt.shape[0]):
-        values = xt[f] if every else xt[f, positive]
-        lo, hi = np.percentile(values, _SPREAD_PERCENTILES)
-        spread[f] = hi - lo if hi > lo else values.max() - values.min()
+    step = max(1, _SPREAD_VALUES // max(positive.size, 1))
+    for f0 in range(0, xt.shape[0], step):
+        values = xt[f0:f0 + step] if every else xt[f0:f0 + step, positive]
+        lo, hi = np.percentile(values, _SPREAD_PERCENTILES, axis=1)
+        spread[f0:f0 + step] = np.where(hi > lo, hi - lo, values.max(axis=1) - values.min(axis=1))
     return spread
 
 

@@ -38,3 +38,45 @@ def test_many_distinct_values_get_ordered_bins_that_hold_their_rows(seed, n, hea
         counts = np.bincount(cp, minlength=nb)
         single = low == high
         assert counts[~single].max() <= 3 * len(xp) / MAX_BINS  # a heavy value is alone
+
+
+def _reference_bins(xt, positive):
+    """The binning by numpy's `unique` and `searchsorted`, feature by feature (the compiled
+    `bin_features` must give the same codes and ranges)."""
+    d, n = xt.shape
+    codes = np.empty((d, n), dtype=np.uint8)
+    low, high = np.full((d, MAX_BINS), np.nan), np.full((d, MAX_BINS), np.nan)
+    n_bins = np.empty(d, dtype=np.int64)
+    for f in range(d):
+        values, counts = np.unique(xt[f, positive], return_counts=True)
+        if len(counts) <= MAX_BINS:
+            group = np.arange(len(counts))
+        else:
+            middle = 2 * np.cumsum(counts) - counts
+            group = np.unique(middle * MAX_BINS // (2 * int(counts.sum())), return_inverse=True)[1]
+        nb = int(group[-1]) + 1
+        low[f, :nb] = values[np.searchsorted(group, np.arange(nb), side="left")]
+        high[f, :nb] = values[np.searchsorted(group, np.arange(nb), side="right") - 1]
+        n_bins[f] = nb
+        codes[f] = np.minimum(np.searchsorted(high[f, :nb], xt[f], side="left"), nb - 1)
+    return codes, low, high, n_bins
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 2000),
+       n_values=st.sampled_from([2, 30, 255, 256, 10**6]), share=st.floats(0.05, 1.0))
+def test_the_compiled_binning_is_numpys(seed, n, n_values, share):
+    """Codes, bin ranges and bin counts equal numpy's `unique`-based binning, on few and many distinct
+    values, heavy ties, a subset of positive rows and a feature-major view of a row-major X."""
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, n_values, (n, 3)) / n_values
+    X[:, 2] = np.where(rng.random(n) < 0.5, 1.0, rng.normal(size=n))  # a bound rows pile on
+    positive = np.flatnonzero(rng.random(n) < share)
+    if positive.size == 0:
+        positive = np.array([0])
+    got = bin_features(X.T, positive)
+    codes, low, high, n_bins = _reference_bins(X.T, positive)
+    np.testing.assert_array_equal(got.codes, codes)
+    np.testing.assert_array_equal(got.low, low)
+    np.testing.assert_array_equal(got.high, high)
+    np.testing.assert_array_equal(got.n_bins, n_bins)

@@ -14,6 +14,7 @@ from ferl._inputs import rescale_weights
 from ferl.novelty.free_gaussians import standardisation as _standardisation
 from ferl.novelty.free_gaussians import weighted_moments
 from ferl.rules import fires_alone
+from ferl.tree import builder
 from ferl.tree.builder import GrowthSettings, _feature_spread, _Grower, _multiplicities
 
 
@@ -85,6 +86,18 @@ def test_feature_spread_one_feature_at_a_time_equals_the_vectorised_percentiles(
         lo, hi = np.percentile(sub, (1.0, 99.0), axis=1)
         expected = np.where(hi > lo, hi - lo, sub.max(axis=1) - sub.min(axis=1))
         np.testing.assert_array_equal(_feature_spread(xt, rows), expected)
+
+
+def test_feature_spread_in_blocks_of_features_is_the_same(monkeypatch):
+    """Blocks of one, two or all features give the same spreads (a block's copy stays bounded)."""
+    rng = np.random.default_rng(6)
+    xt = rng.exponential(size=(7, 300))
+    xt[4] = 2.0
+    rows = np.flatnonzero(rng.random(300) < 0.7)
+    whole = _feature_spread(xt, rows)
+    for values in (1, 2 * rows.size, 3 * rows.size + 1):
+        monkeypatch.setattr(builder, "_SPREAD_VALUES", values)
+        np.testing.assert_array_equal(_feature_spread(xt, rows), whole)
 
 
 class _SameRow:

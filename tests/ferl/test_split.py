@@ -65,7 +65,7 @@ def test_min_leaf_rejects_light_children():
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), criterion=st.sampled_from([GAIN_GINI, GAIN_CCI, GAIN_ENTROPY]),
-       theta=st.floats(0.05, 0.95), h=st.floats(1e-3, 0.6), min_leaf=st.floats(0.0, 5.0))
+       theta=st.floats(0.05, 0.95), h=st.floats(1e-3, 0.6), min_leaf=st.floats(1e-3, 5.0))
 def test_the_shoulder_gain_is_the_trapezoids_bit_for_bit(seed, criterion, theta, h, min_leaf):
     """The split search's branch-free shoulder scores a node as `split_gain` does, to the last bit,
     with values on both edges of the band, inside it and outside, and a subset of the rows."""
