@@ -5,13 +5,13 @@ The reliability of the leaf Gaussians and the reference of the evidence discount
 training row on Gaussians fitted without it (`ferl.novelty.leaf_gaussians.fit_leaf_gaussians`): the
 ``j``-th row of positive weight is in fold ``j % CROSS_FIT``, and the leaves are taken depth first
 (`depth_first`), so the leaf NLLs (`ferl.novelty.leaf_fit`) and the path residual
-(`cross_fitted_path_residual`, `walk_path`) pair up value for value.
+(`cross_fitted_path_residual`, `walk_block`) pair up value for value.
 
 A node's sums are taken per fold on rows centred at the node's mean, so the moments without fold
 ``k`` cost no pass over the rows: the totals minus the fold's sums, or, where the fold holds more
 than half the weight (the difference would cancel to rounding noise), the other folds' sums
-(`fold_out`). The pooled within-leaf covariance (`pooled_covariance`) is built from them, on all
-rows and without each fold.
+(`fold_out`). The pooled within-leaf covariance (`ferl.novelty.leaf_moments.pooled_covariance`) is
+built from them, on all rows and without each fold.
 """
 
 from __future__ import annotations
@@ -19,13 +19,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["CROSS_FIT", "cross_fitted_path_residual", "depth_first", "diagonal_fold_moments", "fold_moments",
-           "fold_out", "fold_totals", "leaf_weight", "moment_buffers", "pooled_covariance",
-           "walk_path", "weighted_quantile"]
+__all__ = ["CROSS_FIT", "MOMENT_BLOCK", "WALK_BLOCK", "cross_fitted_path_residual", "depth_first",
+           "diagonal_fold_moments", "fold_moments", "fold_out", "fold_totals", "in_fold", "leaf_weight",
+           "moment_buffers", "walk_block", "weighted_quantile"]
 
 #: Interleaved folds of the cross-fitted references: the ``j``-th row of positive weight is in fold
 #: ``j % CROSS_FIT``, so that rows of weight 0 change nothing.
 CROSS_FIT = 5
+#: Rows of a fold whose full second moments are added up together (`fold_moments`).
+MOMENT_BLOCK = 32
+#: Inputs whose path residuals are taken together (`walk_block`).
+WALK_BLOCK = 32
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -60,30 +64,50 @@ def depth_first(feature, left, right):
 
 
 @njit(cache=True)
-def walk_path(x, o, parent, mean, inv_sd, free, n_free, z_max):
-    """The paper's residual along leaf ``o``'s path (`ferl.novelty.free_gaussians.path_residual`):
-    ``R_l(x)``, the mean over the path's nodes that have a free feature of ``r_o(x) = mean_{f free}
-    z_of^2``, ``|z|`` clipped to ``z_max``; a float >= 0 (0 when no node has a free feature).
+def walk_block(Z, nb, o, parent, mean, inv_sd, free, n_free, z_max, acc, out):
+    """The paper's residual along leaf ``o``'s path (`ferl.novelty.free_gaussians.path_residual`) of
+    the ``nb`` inputs in the columns of ``Z`` (d, block), into ``out[:nb]``: ``R_l(x)``, the mean
+    over the path's nodes that have a free feature of ``r_o(x) = mean_{f free} z_of^2``, ``|z|``
+    clipped to ``z_max``; >= 0 (0 when no node has a free feature).
 
-    ``x`` (d,): one input; ``parent`` (n_nodes,): the tree; ``mean``, ``inv_sd`` (n_nodes, d): the
-    free-feature Gaussians with their floored inverse standard deviations; ``free`` (n_nodes, d) bool
-    and ``n_free`` (n_nodes,): the free features of each node."""
-    d = x.shape[0]
-    total = 0.0
+    ``parent`` (n_nodes,): the tree; ``mean``, ``inv_sd`` (n_nodes, d): the free-feature Gaussians
+    with their floored inverse standard deviations; ``free`` (n_nodes, d) bool and ``n_free``
+    (n_nodes,): the free features of each node; ``acc`` (block,): a buffer. Each input's arithmetic
+    is that of an input on its own, operation for operation: the inner loops run over the block's
+    inputs, which are independent, so they vectorise without reordering any input's sums."""
+    for j in range(nb):
+        out[j] = 0.0
     m = 0
     while True:
         if n_free[o] > 0:
-            acc = 0.0
-            for f in range(d):
+            for j in range(nb):
+                acc[j] = 0.0
+            for f in range(Z.shape[0]):
                 if free[o, f]:
-                    z = min(abs((x[f] - mean[o, f]) * inv_sd[o, f]), z_max)
-                    acc += z * z
-            total += acc / n_free[o]
+                    mu, s = mean[o, f], inv_sd[o, f]
+                    for j in range(nb):
+                        z = min(abs((Z[f, j] - mu) * s), z_max)
+                        acc[j] += z * z
+            for j in range(nb):
+                out[j] += acc[j] / n_free[o]
             m += 1
         if o == 0:
             break
         o = parent[o]
-    return total / m if m > 0 else 0.0
+    for j in range(nb):
+        out[j] = out[j] / m if m > 0 else 0.0
+
+
+@njit(cache=True)
+def in_fold(fold, rows, pairs, n, k, out):
+    """Positions ``i < n`` of the entries ``pairs[i]`` whose row is in fold ``k``, in order, into
+    ``out``; returns how many."""
+    n_k = 0
+    for i in range(n):
+        if fold[rows[pairs[i]]] == k:
+            out[n_k] = i
+            n_k += 1
+    return n_k
 
 
 @njit(cache=True)
@@ -99,10 +123,31 @@ def leaf_weight(sw, entries, rows, phi0):
 
 
 @njit(cache=True)
+def _add_block(s2, Z, w, nb):
+    """Add ``w_i z_i z_i'`` (lower triangle) of the block's ``nb`` rows ``z_i = Z[i]`` (weights
+    ``w``) into ``s2`` (d, d), row by row for each entry: the same floats as one row at a time, with
+    a row of ``s2`` in the L1 cache across the block rather than all of ``s2`` read back from L2
+    for every row."""
+    for f in range(s2.shape[0]):
+        for i in range(0, nb - nb % 4, 4):  # four rows per load and store of the entry, in their order
+            a, b = w[i] * Z[i, f], w[i + 1] * Z[i + 1, f]
+            c, e = w[i + 2] * Z[i + 2, f], w[i + 3] * Z[i + 3, f]
+            for g in range(f + 1):
+                s2[f, g] = s2[f, g] + a * Z[i, g] + b * Z[i + 1, g] + c * Z[i + 2, g] + e * Z[i + 3, g]
+        for i in range(nb - nb % 4, nb):
+            wz = w[i] * Z[i, f]
+            for g in range(f + 1):
+                s2[f, g] += wz * Z[i, g]
+
+
+@njit(cache=True)
 def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out, s1, s2, full):
     """Weighted count and mean of a node's rows (all of them) and, on rows centred at that mean, the
     sums ``s0, s1, s2`` of each fold (row ``r`` in fold ``fold[r]``); of ``s2`` the lower triangle
-    when ``full``, else its diagonal only. Returns ``s0`` of shape (n_folds,)."""
+    when ``full``, else its diagonal only. Returns ``s0`` of shape (n_folds,).
+
+    The full second moments are added `MOMENT_BLOCK` rows of a fold at a time (`_add_block`), in
+    the rows' order, so each entry's sum is the one of a row at a time."""
     d = U.shape[1]
     s0 = np.zeros(n_folds)
     s1[:] = 0.0
@@ -123,7 +168,10 @@ def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out,
                 mean_out[f] += w * U[r, f]
     if count > 0.0:
         mean_out /= count
-    z = np.empty(d)
+    # each fold's pending rows, centred, with their weights
+    Z = np.empty((n_folds, MOMENT_BLOCK if full else 1, d))
+    wb = np.empty((n_folds, MOMENT_BLOCK))
+    nb = np.zeros(n_folds, dtype=np.int64)
     for q in entries:
         r = rows[q]
         w = phi0[q] * sw[r]
@@ -131,6 +179,7 @@ def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out,
             continue
         k = fold[r]
         s0[k] += w
+        z = Z[k, nb[k]]
         for f in range(d):
             z[f] = U[r, f] - mean_out[f]
             s1[k, f] += w * z[f]
@@ -138,10 +187,14 @@ def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out,
             for f in range(d):
                 s2[k, f, f] += w * z[f] * z[f]
             continue
-        for f in range(d):
-            wz = w * z[f]
-            for g in range(f + 1):
-                s2[k, f, g] += wz * z[g]
+        wb[k, nb[k]] = w
+        nb[k] += 1
+        if nb[k] == MOMENT_BLOCK:
+            _add_block(s2[k], Z[k], wb[k], MOMENT_BLOCK)
+            nb[k] = 0
+    if full:
+        for k in range(n_folds):
+            _add_block(s2[k], Z[k], wb[k], nb[k])
     count_out[0] = count
     return s0
 
@@ -209,10 +262,12 @@ def diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, mean, s1, s
     mean[:] = 0.0
     total = 0.0
     for q in entries:
-        w = phi0[q] * sw[rows[q]]
+        r = rows[q]
+        w = phi0[q] * sw[r]
         if w > 0.0:
             total += w
-            mean += w * U[rows[q]]
+            for f in range(d):  # in place: no temporary row per entry
+                mean[f] += w * U[r, f]
     if total > 0.0:
         mean /= total
     for q in entries:
@@ -226,51 +281,6 @@ def diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, mean, s1, s
                 s1[k, f] += w * z
                 s2[k, f] += w * z * z
     return s0, total
-
-
-@njit(cache=True)
-def pooled_covariance(U, sw, start, count, rows, phi0, feature, fold, n_folds):
-    """The leaf Gaussians' shrinkage target (beyond the paper): the pooled within-leaf covariance on
-    all rows (index 0) and without each fold (``1 + k``), shape (n_folds + 1, d, d), symmetric:
-    every leaf's weighted scatter about its own mean, summed, over the summed soft counts; the
-    identity where no leaf has weight."""
-    d = U.shape[1]
-    K1 = n_folds + 1
-    P = np.zeros((K1, d, d))
-    N = np.zeros(K1)
-    node_count, node_mean, s1, s2, t1, t2, o1, o2 = moment_buffers(n_folds, d)
-    shift = np.empty(d)
-    for o in range(feature.shape[0]):
-        if feature[o] >= 0:
-            continue
-        entries = np.arange(start[o], start[o] + count[o])
-        s0 = fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, True)
-        total = node_count[0]
-        if total <= 0.0:
-            continue
-        fold_totals(s1, s2, True, t1, t2)
-        N[0] += total
-        for f in range(d):
-            for g in range(f + 1):
-                P[0, f, g] += t2[f, g]
-        for k in range(n_folds):  # the scatter about the fold-out mean: minus out0 shift shift'
-            out0 = fold_out(s0, s1, s2, t1, t2, total, k, True, o1, o2)
-            if out0 <= 0.0:
-                continue
-            N[1 + k] += out0
-            for f in range(d):
-                shift[f] = o1[f] / out0
-            for f in range(d):
-                for g in range(f + 1):
-                    P[1 + k, f, g] += o2[f, g] - out0 * shift[f] * shift[g]
-    for k in range(K1):
-        for f in range(d):
-            for g in range(f + 1):
-                v = P[k, f, g] / N[k] if N[k] > 0.0 else (1.0 if f == g else 0.0)
-                if g == f:
-                    v = max(v, 0.0)  # rounding (weights spanning 1e300) cannot make it negative
-                P[k, f, g] = P[k, g, f] = v
-    return P
 
 
 @njit(cache=True)
@@ -321,21 +331,32 @@ def cross_fitted_path_residual(U, sw, start, count, rows, phi0, feature, left, r
     of shape (m,), float64 >= 0.
     """
     mean, inv_sd = _fold_out_gaussians(U, sw, start, count, rows, phi0, fold, n_folds, var_floor)
-    n_nodes = feature.shape[0]
+    d = U.shape[1]
     n_values = 0
-    for o in range(n_nodes):
+    for o in range(feature.shape[0]):
         if feature[o] < 0:
             n_values += count[o]
     values = np.empty(n_values)
+    pairs = np.empty(count.max(), dtype=np.int64)
+    members = np.empty_like(pairs)
+    Z, acc, out = np.empty((d, WALK_BLOCK)), np.empty(WALK_BLOCK), np.empty(WALK_BLOCK)
     m = 0
     for o in depth_first(feature, left, right):
         if feature[o] >= 0:
             continue
-        for e in range(start[o], start[o] + count[o]):
-            r = rows[e]
-            if phi0[e] * sw[r] <= 0.0:
-                continue
-            k = fold[r]
-            values[m] = walk_path(U[r], o, parent, mean[k], inv_sd[k], free, n_free, z_max)
-            m += 1
+        n_o = 0
+        for e in range(start[o], start[o] + count[o]):  # the pairs of positive weight, in firing order
+            if phi0[e] * sw[rows[e]] > 0.0:
+                pairs[n_o] = e
+                n_o += 1
+        for k in range(n_folds):  # a fold's rows on the Gaussians without it, a block at a time
+            n_k = in_fold(fold, rows, pairs, n_o, k, members)
+            for b0 in range(0, n_k, WALK_BLOCK):
+                nb = min(WALK_BLOCK, n_k - b0)
+                for j in range(nb):
+                    Z[:, j] = U[rows[pairs[members[b0 + j]]]]
+                walk_block(Z, nb, o, parent, mean[k], inv_sd[k], free, n_free, z_max, acc, out)
+                for j in range(nb):
+                    values[m + members[b0 + j]] = out[j]
+        m += n_o
     return values[:m]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ferl.novelty.cross_fit import walk_path
+from ferl.novelty.cross_fit import WALK_BLOCK, walk_block
 from ferl.novelty.linalg import Z_MAX
 from ferl.tree.firing import Firing
 from ferl.tree.fuzzy_tree import FuzzyTree
@@ -230,15 +230,26 @@ def path_residual(X, start, count, rows, phi0, leaves, parent, mean, inv_sd, fre
 
     ``mean``, ``inv_sd`` (n_nodes, d): the free-feature Gaussians with their floored inverse
     standard deviations, ``free`` (n_nodes, d) bool, ``n_free`` (n_nodes,) (`ferl.novelty.scores`).
-    Returns an ndarray of shape (n, L), float64 >= 0, finite for finite ``X``.
+    Returns an ndarray of shape (n, L), float64 >= 0, finite for finite ``X``. A leaf's rows are
+    taken `ferl.novelty.cross_fit.WALK_BLOCK` at a time (`ferl.novelty.cross_fit.walk_block`).
     """
     out = np.zeros((X.shape[0], leaves.shape[0]))
+    picked = np.empty(count.max(), dtype=np.int64)
+    Z, acc, res = np.empty((X.shape[1], WALK_BLOCK)), np.empty(WALK_BLOCK), np.empty(WALK_BLOCK)
     for j in range(leaves.shape[0]):
         o = leaves[j]
+        n_o = 0
         for e in range(start[o], start[o] + count[o]):
             if phi0[e] > 0.0:
-                i = rows[e]
-                out[i, j] = walk_path(X[i], o, parent, mean, inv_sd, free, n_free, z_max)
+                picked[n_o] = rows[e]
+                n_o += 1
+        for b0 in range(0, n_o, WALK_BLOCK):
+            nb = min(WALK_BLOCK, n_o - b0)
+            for i in range(nb):
+                Z[:, i] = X[picked[b0 + i]]
+            walk_block(Z, nb, o, parent, mean, inv_sd, free, n_free, z_max, acc, res)
+            for i in range(nb):
+                out[picked[b0 + i], j] = res[i]
     return out
 
 

@@ -6,8 +6,10 @@ training rows, diagonal ones (`diagonal_fit_kernel`).
 Compiled passes replaced a per-node loop of numpy calls whose Python overhead dominated small trees
 (the same values up to round-off; timings in docs/results/speed.md). Per leaf and fold the sums are
 taken on rows centred at the leaf's mean, so a fold-out moment costs no pass over the rows
-(`ferl.novelty.cross_fit`); memory beyond the outputs is one set of moments and the pooled
-covariances.
+(`ferl.novelty.cross_fit`). The supported leaves' moments are taken once, in the pooled
+covariance's pass, and read back (`ferl.novelty.leaf_moments`); memory beyond the outputs is one
+set of moments, the pooled covariances and the kept moments (at most
+`ferl.novelty.leaf_moments.MOMENT_BUDGET` bytes).
 
 A leaf below ``SUPPORT d`` (`ferl.novelty.leaf_gaussians`) gets its mean and variances only (the
 diagonal of its second moments) and the pooled correlations; its fold-out NLLs scale the row by the
@@ -62,10 +64,10 @@ from ferl.novelty.cross_fit import (
     fold_moments,
     fold_out,
     fold_totals,
-    leaf_weight,
+    in_fold,
     moment_buffers,
-    pooled_covariance,
 )
+from ferl.novelty.leaf_moments import moment_slots, pooled_covariance, restore_moments
 from ferl.novelty.linalg import cholesky, correlation
 
 __all__ = ["SOLVE_BLOCK", "diagonal_fit_kernel", "diagonal_leaves", "fit_kernel"]
@@ -86,7 +88,11 @@ def _forward_sums(L, Z, V, norm, nb):
     for f in range(d):
         for j in range(nb):
             V[f, j] = Z[f, j]
-        for g in range(f):
+        for g in range(0, f - f % 4, 4):  # four terms per load and store of V's row, in their order
+            a, b, c, e = L[f, g], L[f, g + 1], L[f, g + 2], L[f, g + 3]
+            for j in range(nb):
+                V[f, j] = V[f, j] - a * V[g, j] - b * V[g + 1, j] - c * V[g + 2, j] - e * V[g + 3, j]
+        for g in range(f - f % 4, f):
             lfg = L[f, g]
             for j in range(nb):
                 V[f, j] -= lfg * V[g, j]
@@ -97,7 +103,7 @@ def _forward_sums(L, Z, V, norm, nb):
 
 @njit(cache=True)
 def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, leaf_index, kappa_d,
-               support_d, ridge, fold, n_folds):
+               support_d, ridge, fold, n_folds, budget):
     """Leaf means and covariances (ridge included) and the cross-fitted leaf NLLs of the training rows,
     in one compiled depth-first pass over the nodes (`ferl.novelty.leaf_gaussians._fit_nodes` documents the
     model).
@@ -124,6 +130,9 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         The fold of each row.
     n_folds : int
         Number of folds.
+    budget : int
+        Bytes at most of the supported leaves' moments kept from the pooled covariance's pass
+        (`ferl.novelty.leaf_moments`); the others are taken again. The outputs do not depend on it.
 
     Returns
     -------
@@ -147,7 +156,8 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
             n_leaves += 1
             n_values += count[o]
     K1 = n_folds + 1
-    pooled = pooled_covariance(U, sw, start, count, rows, phi0, feature, fold, n_folds)
+    own_leaf, slot, store = moment_slots(sw, start, count, rows, phi0, feature, support_d, d, n_folds, budget)
+    pooled = pooled_covariance(U, sw, start, count, rows, phi0, feature, fold, n_folds, slot, store)
     # the small leaves' correlations: the pooled ones (ridge added); per fold, their Cholesky factor
     A = np.empty((d, d))
     corr = np.empty((d, d))
@@ -172,7 +182,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
     full = np.empty((K1, d, d))  # a supported leaf's shrunk covariance
     sd = np.empty(d)
     pairs = np.empty(count.max(), dtype=np.int64)
-    in_fold = np.empty_like(pairs)
+    members = np.empty_like(pairs)
     Z = np.empty((d, SOLVE_BLOCK))  # a block of centred rows, feature-major
     V = np.empty((d, SOLVE_BLOCK))
     norm = np.empty(SOLVE_BLOCK)
@@ -181,8 +191,11 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
         t = depth[o] + 1  # this node's slot; its parent's is t - 1
         leaf = feature[o] < 0
         entries = np.arange(start[o], start[o] + count[o])
-        own = leaf and leaf_weight(sw, entries, rows, phi0) >= support_d  # decided on all rows
-        s0 = fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, own)
+        own = own_leaf[o]  # decided on all rows
+        if slot[o] >= 0:  # kept from the pooled covariance's pass
+            s0 = restore_moments(store, slot[o], node_count, node_mean, s1, s2)
+        else:
+            s0 = fold_moments(U, sw, entries, rows, phi0, fold, n_folds, node_count, node_mean, s1, s2, own)
         total = node_count[0]
         fold_totals(s1, s2, own, t1, t2)
         for k in range(K1):  # k = 0: all rows; 1 + k: without fold k (`fold_out`)
@@ -234,11 +247,7 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
                 weights[m] = w
                 m += 1
         for k in range(n_folds):  # out-of-fold NLLs of the fold's rows, a block of rows at a time
-            n_k = 0
-            for i in range(m - m0):
-                if fold[rows[pairs[i]]] == k:
-                    in_fold[n_k] = i
-                    n_k += 1
+            n_k = in_fold(fold, rows, pairs, m - m0, k, members)
             if n_k == 0:
                 continue
             if own:
@@ -259,13 +268,13 @@ def fit_kernel(U, sw, start, count, rows, phi0, feature, left, right, parent, le
             for b0 in range(0, n_k, SOLVE_BLOCK):
                 nb = min(SOLVE_BLOCK, n_k - b0)
                 for j in range(nb):
-                    r = rows[pairs[in_fold[b0 + j]]]
+                    r = rows[pairs[members[b0 + j]]]
                     for f in range(d):
                         x = U[r, f] - bm[t, 1 + k, f]
                         Z[f, j] = x if own else x / sd[f]
                 _forward_sums(L, Z, V, norm, nb)
                 for j in range(nb):
-                    values[m0 + in_fold[b0 + j]] = 0.5 * norm[j] + max(half, 0.0)  # log-det clipped as read
+                    values[m0 + members[b0 + j]] = 0.5 * norm[j] + max(half, 0.0)  # log-det clipped as read
         for i in range(m - m0):
             q = pairs[i]
             term[rows[q]] += phi0[q] * values[m0 + i]

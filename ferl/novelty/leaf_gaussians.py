@@ -49,6 +49,7 @@ from numba import njit
 from ferl.novelty.cross_fit import CROSS_FIT, cross_fitted_path_residual, weighted_quantile
 from ferl.novelty.free_gaussians import VAR_FLOOR
 from ferl.novelty.leaf_fit import diagonal_fit_kernel, diagonal_leaves, fit_kernel
+from ferl.novelty.leaf_moments import MOMENT_BUDGET
 from ferl.novelty.linalg import Z_MAX, one_blas_thread, whitening
 from ferl.tree.firing import Firing
 from ferl.tree.fuzzy_tree import FuzzyTree
@@ -151,7 +152,7 @@ def _fit_nodes(tree: FuzzyTree, U: np.ndarray, W: Firing, sw: np.ndarray, fold: 
             W.phi0, *nodes, leaf_index, KAPPA * U.shape[1])
     if diagonal_leaves(sw, U.shape[1]):  # fewer rows than features: variances only, linear in d
         return diagonal_fit_kernel(*args, RIDGE, fold, CROSS_FIT)
-    return fit_kernel(*args, SUPPORT * U.shape[1], RIDGE, fold, CROSS_FIT)
+    return fit_kernel(*args, SUPPORT * U.shape[1], RIDGE, fold, CROSS_FIT, MOMENT_BUDGET)
 
 
 def fit_leaf_gaussians(tree: FuzzyTree, U: np.ndarray, center: np.ndarray, scale: np.ndarray,
