@@ -100,7 +100,16 @@ def bin_features(xt: np.ndarray, positive: np.ndarray) -> BinnedFeatures:
     Returns
     -------
     BinnedFeatures
+
+    Raises
+    ------
+    ValueError
+        If ``positive`` is not a non-empty array of integer row indices (a boolean mask included).
     """
+    positive = np.asarray(positive)
+    if positive.ndim != 1 or positive.size == 0 or not np.issubdtype(positive.dtype, np.integer):
+        raise ValueError(f"positive must be a non-empty 1-d array of integer row indices, got dtype "
+                         f"{positive.dtype} and shape {positive.shape}")
     d, n = xt.shape
     codes = np.empty((d, n), dtype=np.uint8)
     low = np.full((d, MAX_BINS), np.nan)

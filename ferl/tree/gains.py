@@ -120,7 +120,8 @@ def shoulder_gain(xt_f, rows, ys, ws, wt, plogp_total, c, d, criterion, total_we
 
     The same gain as `split_gain` bit for bit: the membership ``(d - x) / (d - c)`` clipped to
     [0, 1] is the trapezoid's (the ratio rounds to at least 1 where ``x <= c`` and to at most 0
-    where ``x >= d``), without its branches, which mispredict on values inside the band.
+    where ``x >= d``), without its branches, which mispredict on values inside the band. Where
+    ``d - c`` rounds to 0 or overflows (values near the float range's ends), the trapezoid itself.
 
     Parameters
     ----------
@@ -139,11 +140,11 @@ def shoulder_gain(xt_f, rows, ys, ws, wt, plogp_total, c, d, criterion, total_we
     """
     wl = np.zeros(wt.shape[0])
     span = d - c
-    if span > 0.0:
+    if 0.0 < span < np.inf:
         for i in range(rows.shape[0]):
             mu = min(max((d - xt_f[rows[i]]) / span, 0.0), 1.0)
             wl[ys[i]] += ws[i] * mu
-    else:  # a band narrower than the values' rounding: the step of the trapezoid
+    else:  # a band narrower than the values' rounding, or wider than a float: the trapezoid
         for i in range(rows.shape[0]):
             wl[ys[i]] += ws[i] * trapezoid(xt_f[rows[i]], -np.inf, -np.inf, c, d)
     return _score(wl, wt, plogp_total, criterion, total_weight, min_leaf)

@@ -1,6 +1,7 @@
 """Feature binning of the learned split search (`ferl.tree.binning`)."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,11 @@ def test_the_compiled_binning_is_numpys(seed, n, n_values, share):
     np.testing.assert_array_equal(got.low, low)
     np.testing.assert_array_equal(got.high, high)
     np.testing.assert_array_equal(got.n_bins, n_bins)
+
+
+@pytest.mark.parametrize("positive", [np.array([], dtype=np.int64), np.array([True, False, True, True]),
+                                      np.array([0.0, 2.0])])
+def test_positive_rows_must_be_integer_indices(positive):
+    """A boolean mask (which indices 0 and 1 would read as rows) or no row at all is refused."""
+    with pytest.raises(ValueError, match="integer row indices"):
+        bin_features(np.array([[0.1, 0.5, 0.2, 0.9]]), positive)

@@ -96,6 +96,19 @@ def test_a_band_below_the_values_rounding_is_the_trapezoids_step():
     assert np.isfinite(expected) and expected > 0
 
 
+def test_a_band_wider_than_a_float_is_the_trapezoids():
+    """``d - c`` overflowing (a band across the float range) is scored as the trapezoid, not NaN."""
+    x = np.array([-1.7e308, -1.7e308, 0.0, 1.7e308])
+    ys = np.array([0, 0, 1, 1], dtype=np.int64)
+    ws = np.ones(4)
+    rows = np.arange(4, dtype=np.int64)
+    wt = class_totals(ys, ws, 2)
+    for criterion in (GAIN_GINI, GAIN_CCI, GAIN_ENTROPY):
+        expected = split_gain(x, ys, ws, -np.inf, -np.inf, -1.7e308, 1.7e308, 2, criterion, 4.0, 0.5)
+        got = shoulder_gain(x, rows, ys, ws, wt, plogp_sum(wt), -1.7e308, 1.7e308, criterion, 4.0, 0.5)
+        assert got == expected and np.isfinite(got)
+
+
 def test_a_feature_closed_by_its_window_is_not_searched():
     """A window that leaves no cut between the feature's values closes it; the others still split."""
     X = np.column_stack([np.repeat([0.0, 1.0], 20), np.tile([0.0, 1.0], 20)])
