@@ -2,8 +2,8 @@
 
 Trains the concept detector (``train-detector``), fits the calibrated heads (``fit-head``), runs
 one fold of the open-world protocol (``evaluate-openworld``) and the concept interventions
-(``evaluate-interventions``) and writes the report with example explanations (``cbm.report``):
-about 10 CPU-minutes, 5-15 minutes on 2 CPU cores depending on what else runs. Running it again
+(``evaluate-interventions``) and writes the report with example explanations (``cbm.report``);
+its run times, quiet and beside other jobs, are in docs/results/demo.md ("Run times"). Running it again
 starts a new run (the finished one stays in ``runs/demo.previous`` until the new one completes);
 an interrupted run is resumed. The steps and the re-run rules are in :mod:`cbm.demo`.
 

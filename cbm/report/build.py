@@ -160,6 +160,21 @@ def _example_section(kind: str, ex: Example | None, main_head: str, written: dic
     return lines
 
 
+def _set_rule(head) -> str:
+    """How the examples' credal sets are read, as `cbm.heads.operating.decide` reads them."""
+    coverage = getattr(head, "coverage_", None)
+    if coverage is not None and getattr(head, "operating_", None) is not None:
+        return ("the credal set is the run's operating point's: every class whose plausibility clears the "
+                f"threshold that gave {100 * coverage:.0f} % coverage on the val images, lowered as the "
+                "image looks shifted; an abstention is a set of every class, or of more classes than the "
+                "operating point allows")
+    if coverage is not None:
+        return (f"the credal set holds every class whose plausibility clears the threshold that gave "
+                f"{100 * coverage:.0f} % coverage on the val images; an abstention is a set of every class")
+    return ("the credal set holds every class whose plausibility reaches the largest belief (interval "
+            "dominance); an abstention is a set of every class")
+
+
 def build_report(
     run_dir: str | os.PathLike,
     *,
@@ -233,10 +248,9 @@ def build_report(
     lines += robustness_section(run, model, label, inputs)
     lines += ["## Example explanations", "",
               "Chosen from the test and held-out (`novel`) images by FERL's evidential outputs. Belief "
-              "Bel(c) = m({c}), plausibility Pl(c) = Bel(c) + m(Θ); the credal set holds every class whose "
-              "plausibility reaches the largest belief (interval dominance); an abstention is a set of every "
-              f"class. Each table lists the {TOP} most probable classes (and the true one) and the {TOP} "
-              "rules that fired most.", "",
+              "Bel(c) = m({c}), plausibility Pl(c) the mass of every focal set that holds c; "
+              f"{_set_rule(model)}. Each table lists the {TOP} most probable classes (and the true one) "
+              f"and the {TOP} rules that fired most.", "",
               *sufficient_section(model.model_, run.concepts("test", inputs), label)]
     for kind in EXAMPLE_KINDS:
         lines += _example_section(kind, examples[kind], head, written)

@@ -54,6 +54,8 @@ def test_tiny_demo_report_has_every_section(tiny):
     assert text.count("joint OOD score ") >= 2 * text.count("Prediction:")  # explanation and threshold
     assert not re.search(r"\b(typical|leaf|nll|combined) OOD score [-\d]", text)
     assert ("credal set holds exactly two classes" in text) != ("no such example to show" in text)
+    # the examples' sets are the operating point's, and the report says so (not interval dominance)
+    assert "the credal set is the run's operating point's" in text and "the largest belief" not in text
     assert "was never seen in training; its nearest training class is" in text
     # every example says how reliable its evidence is at the operating point: r(x) in (0, 1]
     reliable = re.findall(r"The evidence's reliability at the operating point: r\(x\) = ([0-9.]+)", text)
