@@ -75,6 +75,21 @@ def moment_slots(sw, start, count, rows, phi0, feature, support_d, d, n_folds, b
 
 
 @njit(cache=True)
+def _copy_lower(s2, packed, into_packed):
+    """The lower triangles of ``s2`` (n_folds, d, d) into ``packed`` (n_folds, d (d + 1) / 2), row by
+    row, or (``into_packed`` False) back."""
+    for k in range(s2.shape[0]):
+        p = 0
+        for f in range(s2.shape[1]):
+            for g in range(f + 1):
+                if into_packed:
+                    packed[k, p] = s2[k, f, g]
+                else:
+                    s2[k, f, g] = packed[k, p]
+                p += 1
+
+
+@njit(cache=True)
 def keep_moments(store, j, node_count, node_mean, s0, s1, s2):
     """Copy a leaf's moments (`ferl.novelty.cross_fit.fold_moments`, full) into slot ``j``."""
     count, mean, w, t1, tri = store
@@ -82,12 +97,7 @@ def keep_moments(store, j, node_count, node_mean, s0, s1, s2):
     mean[j] = node_mean
     w[j] = s0
     t1[j] = s1
-    for k in range(s2.shape[0]):
-        p = 0
-        for f in range(s2.shape[1]):
-            for g in range(f + 1):
-                tri[j, k, p] = s2[k, f, g]
-                p += 1
+    _copy_lower(s2, tri[j], True)
 
 
 @njit(cache=True)
@@ -98,12 +108,7 @@ def restore_moments(store, j, node_count, node_mean, s1, s2):
     node_count[0] = count[j]
     node_mean[:] = mean[j]
     s1[:] = t1[j]
-    for k in range(s2.shape[0]):
-        p = 0
-        for f in range(s2.shape[1]):
-            for g in range(f + 1):
-                s2[k, f, g] = tri[j, k, p]
-                p += 1
+    _copy_lower(s2, tri[j], False)
     return w[j].copy()
 
 
