@@ -141,6 +141,24 @@ def _add_block(s2, Z, w, nb):
 
 
 @njit(cache=True)
+def _weighted_mean(U, sw, entries, rows, phi0, mean):
+    """Into ``mean`` (d,) the weighted mean of a node's rows over its entries of positive weight
+    ``phi0 * sw`` (left at 0 without any), summed in place in the entries' order; returns the weight."""
+    mean[:] = 0.0
+    total = 0.0
+    for q in entries:
+        r = rows[q]
+        w = phi0[q] * sw[r]
+        if w > 0.0:
+            total += w
+            for f in range(U.shape[1]):
+                mean[f] += w * U[r, f]
+    if total > 0.0:
+        mean /= total
+    return total
+
+
+@njit(cache=True)
 def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out, s1, s2, full):
     """Weighted count and mean of a node's rows (all of them) and, on rows centred at that mean, the
     sums ``s0, s1, s2`` of each fold (row ``r`` in fold ``fold[r]``); of ``s2`` the lower triangle
@@ -157,17 +175,7 @@ def fold_moments(U, sw, entries, rows, phi0, fold, n_folds, count_out, mean_out,
         for k in range(n_folds):
             for f in range(d):
                 s2[k, f, f] = 0.0
-    mean_out[:] = 0.0
-    count = 0.0
-    for q in entries:
-        r = rows[q]
-        w = phi0[q] * sw[r]
-        if w > 0.0:
-            count += w
-            for f in range(d):
-                mean_out[f] += w * U[r, f]
-    if count > 0.0:
-        mean_out /= count
+    count = _weighted_mean(U, sw, entries, rows, phi0, mean_out)
     # each fold's pending rows, centred, with their weights
     Z = np.empty((n_folds, MOMENT_BLOCK if full else 1, d))
     wb = np.empty((n_folds, MOMENT_BLOCK))
@@ -259,17 +267,7 @@ def diagonal_fold_moments(U, sw, entries, rows, phi0, fold, n_folds, mean, s1, s
     s0 = np.zeros(n_folds)
     s1[:] = 0.0
     s2[:] = 0.0
-    mean[:] = 0.0
-    total = 0.0
-    for q in entries:
-        r = rows[q]
-        w = phi0[q] * sw[r]
-        if w > 0.0:
-            total += w
-            for f in range(d):  # in place: no temporary row per entry
-                mean[f] += w * U[r, f]
-    if total > 0.0:
-        mean /= total
+    total = _weighted_mean(U, sw, entries, rows, phi0, mean)
     for q in entries:
         r = rows[q]
         w = phi0[q] * sw[r]

@@ -72,7 +72,7 @@ def _weights(seed, n, n_classes, scale, zero):
     return w_plus, w_minus
 
 
-def _check(w_plus, w_minus):
+def _assert_within_bound(w_plus, w_minus):
     """The module docstring's bound: relative ``(10 + C + W) 1e-15`` (``W`` the row's largest weights;
     for the ignorance also the sum of its ``w-``; the 10 for the log domain's own rounding, off by
     up to 3e-15 where the compiled masses are exact), absolute 1e-300, BetP and conflict absolute;
@@ -97,7 +97,7 @@ def _check(w_plus, w_minus):
 @pytest.mark.parametrize("n_classes", [2, 3, 10, 200])
 @pytest.mark.parametrize("scale", [1e-3, 0.3, 3.0, 40.0, 300.0])
 def test_compiled_combination_is_the_log_domain_one_within_its_bound(n_classes, scale):
-    _check(*_weights(int(scale * 1000) + n_classes, 300, n_classes, scale, 0.3))
+    _assert_within_bound(*_weights(int(scale * 1000) + n_classes, 300, n_classes, scale, 0.3))
 
 
 @pytest.mark.parametrize("w", [37.0, 300.0, 700.0, 800.0, 2000.0])
@@ -107,7 +107,7 @@ def test_every_class_refuted_past_the_floats(w):
     rng = np.random.default_rng(0)
     w_minus = w * rng.uniform(1.0, 1.5, size=(4, 5))
     w_plus = np.vstack([np.zeros(5), rng.uniform(0, 3, 5), rng.uniform(0, w, 5), np.full(5, w)])
-    got = _check(w_plus, w_minus)
+    got = _assert_within_bound(w_plus, w_minus)
     assert np.isfinite(got.mass).all() and (got.mass.sum(axis=1) + got.ignorance <= 1 + 1e-12).all()
 
 
